@@ -1,0 +1,165 @@
+"""Env speed vs raw MuJoCo and vs gym-aloha, and scripted-expert success per task.
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/env_benchmark.py [--episodes 50] [--out benchmarks/results/env.json]
+
+Prints a Markdown table (pasted into BENCHMARKS.md) and writes the raw figures as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import embodied_gym  # noqa: E402
+from embodied_gym.envs import robot  # noqa: E402
+from embodied_gym.envs.scene import N_SUBSTEPS  # noqa: E402
+from embodied_gym.envs.tasks import TASKS  # noqa: E402
+
+
+def steps_per_second(fn, n: int, repeats: int = 3) -> float:
+    best = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def expert_episodes(task: str, seeds) -> list[tuple[int, np.ndarray]]:
+    """The scripted expert's joint_pos actions, so both sides replay realistic motion and contacts."""
+    env = gym.make(embodied_gym.env_id(task), obs_type="state")
+    expert = embodied_gym.make_expert(env)
+    out = []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        actions, done = [], False
+        while not done:
+            a = expert(obs, info)
+            actions.append(a)
+            obs, _, terminated, truncated, info = env.step(a)
+            done = terminated or truncated
+        out.append((seed, np.array(actions)))
+    env.close()
+    return out
+
+
+def bench_state(task: str = "PickCup", repeats: int = 3) -> dict:
+    """Env steps/s (state obs, through gym.make's wrappers) vs raw mj_step at the same 50 Hz
+    control step, both replaying the same expert episodes from the same start states."""
+    episodes = expert_episodes(task, range(5))
+    env = gym.make(embodied_gym.env_id(task), obs_type="state")
+    u = env.unwrapped
+    n = sum(len(a) for _, a in episodes)
+    env_best = raw_best = 0.0
+    raw = mujoco.MjData(u.model)
+    for _ in range(repeats):
+        elapsed = 0.0
+        for seed, actions in episodes:
+            env.reset(seed=seed)
+            t0 = time.perf_counter()
+            for a in actions:
+                env.step(a)
+            elapsed += time.perf_counter() - t0
+        env_best = max(env_best, n / elapsed)
+        elapsed = 0.0
+        for seed, actions in episodes:
+            env.reset(seed=seed)
+            mujoco.mj_copyData(raw, u.model, u.data)
+            ctrl = actions[:, u._ctrl_source] * u._ctrl_sign  # what the env writes, precomputed
+            t0 = time.perf_counter()
+            for c in ctrl:
+                raw.ctrl[u._ctrl_index] = c
+                mujoco.mj_step(u.model, raw, nstep=N_SUBSTEPS)
+            elapsed += time.perf_counter() - t0
+        raw_best = max(raw_best, n / elapsed)
+    env.close()
+    return {"env_state_steps_per_s": env_best, "raw_mj_step_control_steps_per_s": raw_best,
+            "env_overhead_pct": 100 * (raw_best / env_best - 1), "replayed_steps": n}
+
+
+def bench_pixels(n: int) -> dict:
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels_state", cameras=("cam_high",), image_size=(240, 320))
+    env.reset(seed=0)
+    action = robot.START_QPOS.astype(np.float32)
+
+    def env_step():
+        _, _, term, trunc, _ = env.step(action)
+        if term or trunc:
+            env.reset()
+
+    ours = steps_per_second(env_step, n)
+    env.close()
+    import gym_aloha  # noqa: F401
+
+    aloha = gym.make("gym_aloha/AlohaTransferCube-v0", obs_type="pixels")
+    aloha.reset(seed=0)
+    a = np.zeros(14, dtype=np.float32)
+
+    def aloha_step():
+        _, _, term, trunc, _ = aloha.step(a)
+        if term or trunc:
+            aloha.reset()
+
+    theirs = steps_per_second(aloha_step, max(20, n // 10), repeats=2)
+    aloha.close()
+    return {"env_1cam_240x320_steps_per_s": ours, "gym_aloha_transfer_cube_pixels_steps_per_s": theirs,
+            "speedup_vs_gym_aloha": ours / theirs}
+
+
+def bench_experts(episodes: int) -> dict:
+    out = {}
+    for task in TASKS:
+        env = gym.make(embodied_gym.env_id(task), obs_type="state")
+        expert = embodied_gym.make_expert(env)
+        wins, lengths = [], []
+        for seed in tqdm(range(episodes), desc=f"expert {task}"):
+            obs, info = env.reset(seed=seed)
+            done = False
+            while not done:
+                obs, _, terminated, truncated, info = env.step(expert(obs, info))
+                done = terminated or truncated
+            wins.append(bool(info["is_success"]))
+            lengths.append(info["step"])
+        env.close()
+        out[task] = {"success_rate": float(np.mean(wins)), "episodes": episodes, "mean_length": float(np.mean(lengths)),
+                     "failed_seeds": [s for s, w in enumerate(wins) if not w]}
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--out", default="benchmarks/results/env.json")
+    args = p.parse_args()
+    res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+           "mujoco": mujoco.__version__, **bench_state(), **bench_pixels(args.steps // 4),
+           "experts": bench_experts(args.episodes)}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    print("\n| measure | value |\n|---|---|")
+    print(f"| env steps/s, state obs (PickCup, replaying expert episodes) | {res['env_state_steps_per_s']:.0f} |")
+    print(f"| raw `mj_step` x{N_SUBSTEPS} (same model, same 50 Hz control step) | {res['raw_mj_step_control_steps_per_s']:.0f} |")
+    print(f"| env overhead over raw MuJoCo | {res['env_overhead_pct']:.1f} % |")
+    print(f"| env steps/s, one 240x320 camera | {res['env_1cam_240x320_steps_per_s']:.0f} |")
+    print(f"| gym-aloha AlohaTransferCube-v0 pixels steps/s | {res['gym_aloha_transfer_cube_pixels_steps_per_s']:.1f} |")
+    print(f"| speed-up vs gym-aloha | {res['speedup_vs_gym_aloha']:.1f}x |")
+    print("\n| task | expert success | episodes | mean length (steps) |\n|---|---|---|---|")
+    for task, r in res["experts"].items():
+        print(f"| {task} | {r['success_rate']:.0%} | {r['episodes']} | {r['mean_length']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Observation and action spaces shared by the simulated and the real-robot envs.
+
+Both kinds of env build their spaces here, so a policy trained on one sees exactly the same
+contract on the other.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from gymnasium import spaces
+
+from embodied_gym.envs import robot
+from embodied_gym.envs.scene import CAMERAS
+
+OBS_TYPES = ("state", "pixels", "pixels_state")
+CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
+
+#: joint_delta: largest change of a joint target per control step (rad, and m for grippers).
+MAX_JOINT_DELTA = np.where(np.isin(np.arange(14), robot.GRIPPER_INDICES), 0.004, 0.05)
+#: ee_delta: largest TCP translation (m) and rotation (rad) per control step.
+MAX_EE_TRANSLATION = 0.01
+MAX_EE_ROTATION = 0.05
+
+# Joint readings may overshoot the limits slightly (soft limits); observations are clipped to these.
+_POS_MARGIN = 0.05
+MAX_JOINT_SPEED = 20.0
+
+
+def check_choice(kind: str, value, valid: Sequence[str]) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {kind} {value!r}; valid: {list(valid)}")
+
+
+def normalise_cameras(cameras) -> tuple[str, ...]:
+    if isinstance(cameras, str):
+        cameras = (cameras,)
+    cameras = tuple(cameras)
+    for c in cameras:
+        check_choice("camera", c, CAMERAS)
+    if len(set(cameras)) != len(cameras):
+        raise ValueError(f"cameras {list(cameras)} lists a camera twice")
+    return cameras
+
+
+def normalise_image_size(image_size) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in image_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
+    if not (16 <= h <= 2048 and 16 <= w <= 2048):
+        raise ValueError(f"image_size {(h, w)} out of range; each side must be in [16, 2048]")
+    return h, w
+
+
+def observation_space(obs_type: str, cameras: Sequence[str], image_size: tuple[int, int]) -> spaces.Dict:
+    """A flat Dict: ``joint_pos`` and ``joint_vel`` (14 each) unless ``obs_type="pixels"``, and one
+    ``(H, W, 3)`` uint8 image per camera unless ``obs_type="state"``."""
+    check_choice("obs_type", obs_type, OBS_TYPES)
+    parts: dict[str, spaces.Space] = {}
+    if obs_type in ("state", "pixels_state"):
+        parts["joint_pos"] = spaces.Box((robot.JOINT_LOW - _POS_MARGIN).astype(np.float32),
+                                        (robot.JOINT_HIGH + _POS_MARGIN).astype(np.float32), dtype=np.float32)
+        parts["joint_vel"] = spaces.Box(-MAX_JOINT_SPEED, MAX_JOINT_SPEED, (14,), dtype=np.float32)
+    if obs_type in ("pixels", "pixels_state"):
+        if not cameras:
+            raise ValueError(f"obs_type={obs_type!r} needs at least one camera; valid: {list(CAMERAS)}")
+        for cam in cameras:
+            parts[cam] = spaces.Box(0, 255, (*image_size, 3), dtype=np.uint8)
+    return spaces.Dict(parts)
+
+
+def action_space(control_mode: str) -> spaces.Box:
+    """``joint_pos``: absolute targets within the joint and gripper limits (rad, m).
+    ``joint_delta`` and ``ee_delta``: [-1, 1] scaled per step (see module constants)."""
+    check_choice("control_mode", control_mode, CONTROL_MODES)
+    if control_mode == "joint_pos":
+        return spaces.Box(robot.JOINT_LOW.astype(np.float32), robot.JOINT_HIGH.astype(np.float32), dtype=np.float32)
+    return spaces.Box(-1.0, 1.0, (14,), dtype=np.float32)
+
+
+def clip_observation(space: spaces.Dict, obs: dict) -> dict:
+    """Joint readings as float32, clipped into the space (soft joint limits let them overshoot)."""
+    for key in ("joint_pos", "joint_vel"):
+        if key in obs:
+            box = space[key]
+            obs[key] = np.minimum(np.maximum(obs[key].astype(np.float32), box.low), box.high)
+    return obs

@@ -1,0 +1,43 @@
+"""Headless OpenGL selection for MuJoCo: EGL first, OSMesa as the fallback.
+
+MuJoCo reads ``MUJOCO_GL`` when it is first imported, so :func:`select_gl_backend` runs in
+``embodied_gym/__init__.py`` before anything imports ``mujoco``. A backend the user set
+explicitly is always respected.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+
+
+def select_gl_backend() -> str | None:
+    """Set ``MUJOCO_GL`` (and PyOpenGL's platform) to a backend whose library is present."""
+    if "MUJOCO_GL" in os.environ:
+        return os.environ["MUJOCO_GL"]
+    if sys.platform != "linux" or os.environ.get("DISPLAY"):
+        return None  # macOS/Windows or a desktop: MuJoCo's default (GLFW) works
+    for backend, lib in (("egl", "EGL"), ("osmesa", "OSMesa")):
+        if ctypes.util.find_library(lib):
+            os.environ["MUJOCO_GL"] = backend
+            os.environ.setdefault("PYOPENGL_PLATFORM", backend)
+            return backend
+    return None
+
+
+_HELP = (
+    "MuJoCo could not create an offscreen OpenGL context ({err}). Headless rendering needs EGL "
+    "(Debian/Ubuntu: `apt-get install libegl1`) or OSMesa (`apt-get install libosmesa6`), then "
+    "MUJOCO_GL=egl or MUJOCO_GL=osmesa. The project's setup script installs them when run as root."
+)
+
+
+def make_renderer(model, height: int, width: int):
+    """A ``mujoco.Renderer``, with an error that says what to install when no GL is available."""
+    import mujoco
+
+    try:
+        return mujoco.Renderer(model, height, width)
+    except Exception as e:  # mujoco raises several types depending on the backend
+        raise RuntimeError(_HELP.format(err=f"{type(e).__name__}: {e}; MUJOCO_GL={os.environ.get('MUJOCO_GL')}")) from e

@@ -1,0 +1,27 @@
+"""Write RGB frames to an MP4 file (H.264 through PyAV, which bundles FFmpeg)."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+
+
+def write_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int = 50) -> None:
+    """Write ``frames`` (each ``(H, W, 3)`` uint8) atomically to ``path``."""
+    import av
+
+    if not len(frames):
+        raise ValueError("write_mp4 needs at least one frame")
+    h, w = frames[0].shape[:2]
+    tmp = f"{path}.tmp.mp4"
+    with av.open(tmp, mode="w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sizes
+        stream.pix_fmt = "yuv420p"
+        for f in frames:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(f[: stream.height, : stream.width]), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    os.replace(tmp, path)

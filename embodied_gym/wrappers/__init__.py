@@ -1,0 +1,1 @@
+"""Gymnasium wrappers (the VisAligner observation wrapper and LeRobot format adapters land here)."""

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Create .venv (Python 3.12) with the pinned stack; install system libraries when root.
+# Idempotent: a stamp of pyproject.toml + constraints.txt skips pip when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# --- system packages: EGL (rendering), OSMesa (fallback) -------------------------------------
+need=()
+ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1' || need+=(libegl1)
+ldconfig -p 2>/dev/null | grep -q 'libOSMesa' || need+=(libosmesa6)
+ldconfig -p 2>/dev/null | grep -q 'libGL.so.1' || need+=(libgl1)
+if ((${#need[@]})); then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    say "installing system packages: ${need[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    say "missing system libraries for headless rendering: ${need[*]}"
+    say "install them with: sudo apt-get install ${need[*]}   (then rerun this script)"
+    [[ " ${need[*]} " == *" libegl1 "* && " ${need[*]} " == *" libosmesa6 "* ]] && exit 1
+  fi
+fi
+
+# --- Python >= 3.12 --------------------------------------------------------------------------
+# Python 3.12 exactly: lerobot 0.6 needs >= 3.12, and gym-aloha's dm-control needs labmaze,
+# which has no wheel for 3.13 (building it needs bazel).
+find_python() {
+  for cand in python3.12 python3; do
+    if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      command -v "$cand"; return
+    fi
+  done
+  if command -v pyenv >/dev/null; then
+    for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.12\.' | sort -V -r); do
+      p="$(pyenv root)/versions/$v/bin/python3"
+      [[ -x $p ]] && { echo "$p"; return; }
+    done
+  fi
+  return 1
+}
+
+if [[ ! -x .venv/bin/python ]]; then
+  PY=$(find_python) || { say "Python 3.12 not found: install python3.12 (apt, or pyenv install 3.12) and rerun"; exit 1; }
+  say "creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+
+stamp=.venv/.embodied-gym-installed
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
+  say "environment up to date (.venv)"
+else
+  say "installing the pinned stack into .venv (a few minutes the first time)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  # A machine-wide pip constraint (e.g. /etc/xdg/pip) must not fight our pins: ours are exact.
+  PIP_CONSTRAINT= .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,6 @@
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import embodied_gym  # noqa: E402,F401  (registers the envs)
