@@ -117,6 +117,7 @@ class AlohaTaskEnv(gym.Env):
         self._ee_rot = np.tile(np.eye(3), (2, 1, 1))
         self._last_obs: dict[str, np.ndarray] | None = None
         self._elapsed = 0
+        self._instabilities = 0
         self._action_low = self.action_space.low.astype(np.float64)
         self._action_high = self.action_space.high.astype(np.float64)
         # ctrl[_ctrl_index] = targets[_ctrl_source] * _ctrl_sign: arms, then both fingers (mirrored).
@@ -162,6 +163,7 @@ class AlohaTaskEnv(gym.Env):
         mujoco.mj_forward(m, d)
         mujoco.mj_step(m, d, nstep=_SETTLE_SUBSTEPS)
         d.time = 0.0
+        self._instabilities = _instability_count(d)
         for arm in range(2):
             self._ee_pos[arm], self._ee_rot[arm] = self.kinematics.tcp_pose(self._targets[robot.ARM_INDICES], arm)
         self._elapsed = 0
@@ -267,9 +269,10 @@ class AlohaTaskEnv(gym.Env):
 
     def _physics_error(self, t_before: float) -> str | None:
         d = self.data
-        # On NaN, inf or huge qpos/qvel/qacc MuJoCo warns and resets the state, which also sets
-        # the time back to 0: a clock that did not advance is the cheap sign of a blow-up.
-        if d.time < t_before + 0.5 * CONTROL_DT:
+        # On NaN, inf or huge qpos/qvel/qacc MuJoCo warns and resets the state: count the warnings.
+        n = _instability_count(d)
+        if n > self._instabilities:
+            self._instabilities = n
             return f"MuJoCo instability (NaN, inf or huge qpos/qvel/qacc) after t={t_before:.3f}s; MuJoCo reset the state"
         if not math.isfinite(d.qvel.sum() + d.qpos.sum()):
             return f"non-finite state at t={d.time:.3f}s"
@@ -301,10 +304,13 @@ class AlohaTaskEnv(gym.Env):
         }
 
 
-_TASK_DOC = """
+_BADQPOS, _BADQVEL, _BADQACC = (int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
+                                                  mujoco.mjtWarning.mjWARN_BADQACC))
 
-    Action space, observation space, timing and kwargs: see :class:`AlohaTaskEnv`.
-"""
+
+def _instability_count(d: mujoco.MjData) -> int:
+    n = d.warning.number
+    return int(n[_BADQPOS] + n[_BADQVEL] + n[_BADQACC])
 
 
 class PickCupEnv(AlohaTaskEnv):
