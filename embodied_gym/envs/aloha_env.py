@@ -15,26 +15,13 @@ import mujoco
 import numpy as np
 
 from embodied_gym.envs import robot, spaces as sp
+from embodied_gym.envs.control import JointTargetController
 from embodied_gym.envs.kinematics import ArmKinematics
 from embodied_gym.envs.physics import PhysicsParams, apply_physics, resolve_physics
 from embodied_gym.envs.scene import N_SUBSTEPS, CONTROL_DT, SceneLook, compile_scene
 from embodied_gym.envs.tasks import Task, make_task
 
-# Where ee_delta targets may go: a box around the table (m).
-_EE_WORKSPACE_LOW = np.array([-0.5, 0.05, 0.0])
-_EE_WORKSPACE_HIGH = np.array([0.5, 0.95, 0.6])
 _SETTLE_SUBSTEPS = 50  # 0.1 s for objects to come to rest on the table after placement
-
-
-def _axis_angle_matrix(v: np.ndarray) -> np.ndarray:
-    angle = float(np.linalg.norm(v))
-    if angle < 1e-12:
-        return np.eye(3)
-    quat = np.zeros(4)
-    mujoco.mju_axisAngle2Quat(quat, v / angle, angle)
-    mat = np.zeros(9)
-    mujoco.mju_quat2Mat(mat, quat)
-    return mat.reshape(3, 3)
 
 
 class AlohaTaskEnv(gym.Env):
@@ -108,18 +95,14 @@ class AlohaTaskEnv(gym.Env):
         self.data = mujoco.MjData(self.model)
         self.kinematics = ArmKinematics(self.model, self.idx)
         self.observation_space = sp.observation_space(obs_type, self.cameras if obs_type != "state" else (), self.image_size)
-        self.action_space = sp.action_space(control_mode)
+        self.controller = JointTargetController(control_mode, self.kinematics)
+        self.action_space = self.controller.action_space
         self._renderer: mujoco.Renderer | None = None
         self._object_body_ids = np.array(list(self.idx.object_bodies.values()), dtype=int)
         self._gripper_body_ids = self.model.site_bodyid[self.idx.tcp_sites]
-        self._targets = robot.START_QPOS.copy()
-        self._ee_pos = np.zeros((2, 3))
-        self._ee_rot = np.tile(np.eye(3), (2, 1, 1))
         self._last_obs: dict[str, np.ndarray] | None = None
         self._elapsed = 0
         self._instabilities = 0
-        self._action_low = self.action_space.low.astype(np.float64)
-        self._action_high = self.action_space.high.astype(np.float64)
         # ctrl[_ctrl_index] = targets[_ctrl_source] * _ctrl_sign: arms, then both fingers (mirrored).
         fingers = self.idx.finger_actuators
         self._ctrl_index = np.concatenate([self.idx.arm_actuators, fingers[:, 0], fingers[:, 1]])
@@ -130,12 +113,12 @@ class AlohaTaskEnv(gym.Env):
     @property
     def joint_targets(self) -> np.ndarray:
         """The 14 joint targets the controllers track now."""
-        return self._targets.copy()
+        return self.controller.targets.copy()
 
     @property
     def ee_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """(2x3 positions, 2x3x3 rotations) of the ``ee_delta`` TCP targets."""
-        return self._ee_pos.copy(), self._ee_rot.copy()
+        return self.controller.ee_pos.copy(), self.controller.ee_rot.copy()
 
     def set_physics(self, physics) -> None:
         """Swap physical parameters without rebuilding the scene."""
@@ -153,8 +136,8 @@ class AlohaTaskEnv(gym.Env):
         super().reset(seed=seed)
         m, d = self.model, self.data
         mujoco.mj_resetData(m, d)
-        self._targets = robot.START_QPOS.copy()
-        self._write_joint_state(self._targets)
+        self.controller.reset(robot.START_QPOS)
+        self._write_joint_state(robot.START_QPOS)
         self._apply_targets()
         layout = self.task.sample_layout(self.np_random)
         if options and "layout" in options:
@@ -164,8 +147,6 @@ class AlohaTaskEnv(gym.Env):
         mujoco.mj_step(m, d, nstep=_SETTLE_SUBSTEPS)
         d.time = 0.0
         self._instabilities = _instability_count(d)
-        for arm in range(2):
-            self._ee_pos[arm], self._ee_rot[arm] = self.kinematics.tcp_pose(self._targets[robot.ARM_INDICES], arm)
         self._elapsed = 0
         obs = self._observation()
         self._last_obs = obs
@@ -173,12 +154,7 @@ class AlohaTaskEnv(gym.Env):
         return obs, info
 
     def step(self, action):
-        action = self._validate_action(action)
-        low, high = self._action_low, self._action_high
-        clipped = int(np.count_nonzero((action < low) | (action > high)))
-        if clipped:
-            action = np.minimum(np.maximum(action, low), high)
-        self._targets = self._action_to_targets(action)
+        _, clipped = self.controller(action)
         self._apply_targets()
         t_before = self.data.time
         mujoco.mj_step(self.model, self.data, nstep=N_SUBSTEPS)
@@ -227,38 +203,8 @@ class AlohaTaskEnv(gym.Env):
             self._renderer = r = make_renderer(self.model, *size)
         return r
 
-    def _validate_action(self, action) -> np.ndarray:
-        try:
-            a = np.asarray(action, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"action must be a numeric array of shape (14,), got {type(action).__name__}") from None
-        if a.shape != (14,):
-            raise ValueError(f"action has shape {a.shape}, expected (14,) "
-                             f"([left arm 6, left gripper, right arm 6, right gripper])")
-        if not math.isfinite(a.sum()):
-            names = [robot.JOINT_NAMES[i] for i in np.flatnonzero(~np.isfinite(a))]
-            raise ValueError(f"action contains NaN or inf at {names}")
-        return a
-
-    def _action_to_targets(self, a: np.ndarray) -> np.ndarray:
-        if self.control_mode == "joint_pos":
-            return a.copy()
-        if self.control_mode == "joint_delta":
-            return np.clip(self._targets + a * sp.MAX_JOINT_DELTA, robot.JOINT_LOW, robot.JOINT_HIGH)
-        targets = self._targets.copy()
-        q = targets[robot.ARM_INDICES]
-        for arm in range(2):
-            d = a[arm * 7:(arm + 1) * 7]
-            self._ee_pos[arm] = np.clip(self._ee_pos[arm] + d[:3] * sp.MAX_EE_TRANSLATION, _EE_WORKSPACE_LOW, _EE_WORKSPACE_HIGH)
-            self._ee_rot[arm] = _axis_angle_matrix(d[3:6] * sp.MAX_EE_ROTATION) @ self._ee_rot[arm]
-            q = self.kinematics.solve(q, arm, self._ee_pos[arm], self._ee_rot[arm], iterations=10)
-            g = (d[6] + 1) / 2
-            targets[robot.GRIPPER_INDICES[arm]] = robot.GRIPPER_CLOSED + g * (robot.GRIPPER_OPEN - robot.GRIPPER_CLOSED)
-        targets[robot.ARM_INDICES] = q
-        return targets
-
     def _apply_targets(self) -> None:
-        self.data.ctrl[self._ctrl_index] = self._targets[self._ctrl_source] * self._ctrl_sign
+        self.data.ctrl[self._ctrl_index] = self.controller.targets[self._ctrl_source] * self._ctrl_sign
 
     def _write_joint_state(self, q14: np.ndarray) -> None:
         d = self.data
