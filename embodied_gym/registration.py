@@ -16,7 +16,9 @@ def env_id(task: str, real: bool = False) -> str:
 
 def register_envs() -> None:
     for task, cls in TASK_ENVS.items():
-        eid = env_id(task)
-        if eid not in gym.registry:
-            gym.register(id=eid, entry_point=f"{cls.__module__}:{cls.__name__}",
-                         max_episode_steps=make_task(task).max_episode_steps)
+        steps = make_task(task).max_episode_steps
+        if env_id(task) not in gym.registry:
+            gym.register(id=env_id(task), entry_point=f"{cls.__module__}:{cls.__name__}", max_episode_steps=steps)
+        if env_id(task, real=True) not in gym.registry:
+            gym.register(id=env_id(task, real=True), entry_point="embodied_gym.envs.real_env:AlohaRealEnv",
+                         max_episode_steps=steps, kwargs={"task": task})

@@ -7,9 +7,24 @@ explicitly is always respected.
 
 from __future__ import annotations
 
+import atexit
 import ctypes.util
 import os
 import sys
+import weakref
+
+_LIVE_RENDERERS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_renderers() -> None:
+    # A renderer left open until interpreter teardown frees its GL context after the GL
+    # libraries are gone, which prints noisy tracebacks; close them while everything still exists.
+    for r in list(_LIVE_RENDERERS):
+        try:
+            r.close()
+        except Exception:
+            pass
 
 
 def select_gl_backend() -> str | None:
@@ -38,6 +53,8 @@ def make_renderer(model, height: int, width: int):
     import mujoco
 
     try:
-        return mujoco.Renderer(model, height, width)
+        renderer = mujoco.Renderer(model, height, width)
+        _LIVE_RENDERERS.add(renderer)
+        return renderer
     except Exception as e:  # mujoco raises several types depending on the backend
         raise RuntimeError(_HELP.format(err=f"{type(e).__name__}: {e}; MUJOCO_GL={os.environ.get('MUJOCO_GL')}")) from e

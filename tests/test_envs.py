@@ -147,7 +147,9 @@ def test_lifting_is_needed_touching_is_not_enough():
     env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
     expert = embodied_gym.make_expert(env)
     obs, info = env.reset(seed=1)
-    grasp_steps = sum(wp.steps for wp in expert._plan(info)[:3])
+    plan = expert._plan(info)
+    closing = next(i for i, wp in enumerate(plan) if wp.grip < robot.GRIPPER_OPEN)
+    grasp_steps = sum(wp.steps for wp in plan[:closing + 1])
     last = None
     for _ in range(grasp_steps + 10):
         action = expert(obs, info) if info["step"] < grasp_steps else last

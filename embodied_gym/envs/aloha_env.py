@@ -125,6 +125,29 @@ class AlohaTaskEnv(gym.Env):
         self.physics = resolve_physics(physics)
         apply_physics(self.model, self.physics, self._handles)
 
+    def apply_joint_targets(self, targets: np.ndarray) -> None:
+        """Make the controllers track ``targets`` (14) from now on, bypassing the action space."""
+        self.controller.targets = np.asarray(targets, dtype=np.float64).copy()
+        self._apply_targets()
+
+    def set_joint_state(self, qpos: np.ndarray, qvel: np.ndarray | None = None) -> None:
+        """Put the robot at joint positions ``qpos`` (14) with velocities ``qvel`` and track them;
+        objects stay where they are."""
+        self._write_joint_state(np.asarray(qpos, dtype=np.float64))
+        if qvel is not None:
+            v = np.asarray(qvel, dtype=np.float64)
+            self.data.qvel[self.idx.arm_dof] = v[robot.ARM_INDICES]
+            g = v[robot.GRIPPER_INDICES]
+            self.data.qvel[self.idx.finger_dof[:, 0]] = g
+            self.data.qvel[self.idx.finger_dof[:, 1]] = -g
+        self.controller.reset(qpos)
+        self._apply_targets()
+        mujoco.mj_forward(self.model, self.data)
+
+    def task_info(self) -> dict[str, Any]:
+        """Success, reward terms and privileged poses of the current state (as in ``info``)."""
+        return self._info(self.task.evaluate(self.model, self.data, self.idx))
+
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self.idx.joint_qpos].copy()
 

@@ -24,6 +24,8 @@ from embodied_gym.envs.tasks import (BOX_INNER_HALF, CUP_HEIGHT, CUP_RADIUS, MAT
 _PAD_INSET = 0.0224
 # Fingertips reach this far past the TCP along the approach axis.
 _FINGERTIP_BELOW_TCP = 0.024
+_KI, _LEAK, _MAX_INTEGRAL, _STILL = 0.05, 0.995, 0.15, 0.01
+_SETTLE_STEPS = 15
 _ARM_BASES = np.array([[-0.469, 0.5], [0.469, 0.5]])
 
 
@@ -70,7 +72,9 @@ class ScriptedExpert:
     def __init__(self, env: gym.Env):
         self.env = env.unwrapped
         self.task = self.env.task
-        self.kin = ArmKinematics(self.env.model, self.env.idx)
+        # Both the sim and the real env carry the arm model their controller uses for IK.
+        kin = self.env.controller.kinematics
+        self.kin = ArmKinematics(kin.model, kin.idx)
         self.plan: list[Waypoint] | None = None
         self.arm = 1
 
@@ -92,6 +96,7 @@ class ScriptedExpert:
         return [
             Waypoint(40, above, rot, robot.GRIPPER_OPEN),
             Waypoint(30, at, rot, robot.GRIPPER_OPEN),
+            Waypoint(_SETTLE_STEPS, at, rot, robot.GRIPPER_OPEN),  # let the integral action settle
             Waypoint(15, at, rot, grip),
             Waypoint(40, np.array([*centre_xy, lift_z]), rot, grip),
         ]
@@ -186,11 +191,20 @@ class ScriptedExpert:
         if self.plan is None or info.get("step", 0) == 0:
             self.plan = self._plan(info)
             self._q = robot.START_QPOS[robot.ARM_INDICES].copy()
+            self._integral = np.zeros(12)
         t = int(info.get("step", 0))
         pos, rot, grip = self._desired(t)
+        previous = self._q
         self._q = self.kin.solve(self._q, self.arm, pos, rot, iterations=30)
+        # Joint-space integral action on the measured joints: soft position gains sag under
+        # gravity and friction by different amounts on every robot, so an open-loop plan misses.
+        measured = obs["joint_pos"] if isinstance(obs, dict) and "joint_pos" in obs else self.env.joint_positions()
+        error = self._q - np.asarray(measured, dtype=np.float64)[robot.ARM_INDICES]
+        # Integrate only on joints that are nearly still: tracking lag while moving is not sag.
+        still = np.abs(self._q - previous) < _STILL
+        self._integral = np.clip(_LEAK * self._integral + _KI * error * still, -_MAX_INTEGRAL, _MAX_INTEGRAL)
         targets = robot.START_QPOS.copy()
-        targets[robot.ARM_INDICES] = self._q
+        targets[robot.ARM_INDICES] = self._q + self.kin.gravity_sag(self._q) + self._integral
         targets[robot.GRIPPER_INDICES[self.arm]] = grip
         return self._to_action(targets, pos, rot, grip).astype(np.float32)
 

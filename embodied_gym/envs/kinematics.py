@@ -31,6 +31,7 @@ class ArmKinematics:
         self.scratch = mujoco.MjData(model)
         self._jacp = np.zeros((3, model.nv))
         self._jacr = np.zeros((3, model.nv))
+        self._bias = np.zeros(model.nv)
         lo = model.jnt_range[[model.dof_jntid[d] for d in idx.arm_dof], 0]
         hi = model.jnt_range[[model.dof_jntid[d] for d in idx.arm_dof], 1]
         self.arm_low, self.arm_high = lo.reshape(2, 6), hi.reshape(2, 6)
@@ -46,6 +47,15 @@ class ArmKinematics:
         self._set(qpos_arms)
         s = self.idx.tcp_sites[arm]
         return self.scratch.site_xpos[s].copy(), self.scratch.site_xmat[s].reshape(3, 3).copy()
+
+    def gravity_sag(self, qpos_arms: np.ndarray) -> np.ndarray:
+        """How far (rad) each arm joint's position servo sags under gravity at ``qpos_arms``:
+        gravity torque / kp of the model's actuators. Adding it to a target pre-compensates."""
+        self._set(qpos_arms)
+        self.scratch.qvel[:] = 0.0
+        mujoco.mj_rne(self.model, self.scratch, 0, self._bias)
+        kp = self.model.actuator_gainprm[self.idx.arm_actuators, 0]
+        return self._bias[self.idx.arm_dof] / kp
 
     def solve(self, qpos_arms: np.ndarray, arm: int, pos: np.ndarray, rot: np.ndarray | None = None,
               iterations: int = 50, damping: float = 1e-3, rot_weight: float = 0.3,

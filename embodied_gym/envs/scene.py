@@ -8,7 +8,7 @@ and (with a different look) the stand-in robot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mujoco
 import numpy as np
@@ -61,7 +61,7 @@ def lookat_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
 @dataclass
 class SceneLook:
     """How the scene looks. The simulator's default is flat and fast; the stand-in robot
-    overrides it (textures, shadows, light) to play a real camera."""
+    overrides it (photo textures, shadows, light, camera placement) to play a real camera."""
 
     shadows: bool = False
     offsamples: int = 0
@@ -69,6 +69,33 @@ class SceneLook:
     ambient: tuple[float, float, float] = (0.35, 0.35, 0.35)
     table_rgba: tuple[float, float, float, float] = (0.45, 0.38, 0.3, 1.0)
     floor_rgba: tuple[float, float, float, float] = (0.25, 0.25, 0.27, 1.0)
+    table_texture: np.ndarray | None = None  # (H, W, 3) uint8 image tiled on the table top
+    backdrop_texture: np.ndarray | None = None  # image on a wall behind the table
+    camera_offsets: dict = field(default_factory=dict)  # camera -> (dpos xyz in m, drot xyz in rad)
+
+
+def _add_texture_material(spec: mujoco.MjSpec, name: str, image: np.ndarray, repeat) -> str:
+    image = np.ascontiguousarray(image, dtype=np.uint8)
+    h, w = image.shape[:2]
+    tex = spec.add_texture(name=f"{name}_tex", type=mujoco.mjtTexture.mjTEXTURE_2D, width=w, height=h, nchannel=3)
+    tex.data = image.tobytes()
+    mat = spec.add_material(name=f"{name}_mat", texrepeat=repeat)
+    roles = list(mat.textures)
+    roles[mujoco.mjtTextureRole.mjTEXROLE_RGB] = f"{name}_tex"
+    mat.textures = roles
+    return f"{name}_mat"
+
+
+def _offset_quat(quat: np.ndarray, drot) -> np.ndarray:
+    """``quat`` turned by the small rotation ``drot`` (axis-angle, camera frame)."""
+    angle = float(np.linalg.norm(drot))
+    if angle == 0.0:
+        return quat
+    dq = np.zeros(4)
+    mujoco.mju_axisAngle2Quat(dq, np.asarray(drot, float) / angle, angle)
+    out = np.zeros(4)
+    mujoco.mju_mulQuat(out, quat, dq)
+    return out
 
 
 def build_arms_spec() -> mujoco.MjSpec:
@@ -111,19 +138,31 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
     world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=(3, 3, 0.1), pos=(0, 0, -0.75),
                    rgba=look.floor_rgba, contype=0, conaffinity=0)
     table = world.add_body(name="table", pos=(0.0, TABLE_CENTER_Y, -TABLE_HALF[2]))
-    table.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=TABLE_HALF, rgba=look.table_rgba,
-                   friction=(1.0, 0.005, 0.0001))
+    table_look = {"rgba": look.table_rgba}
+    if look.table_texture is not None:
+        table_look = {"material": _add_texture_material(spec, "table", look.table_texture, (6, 4))}
+    table.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=TABLE_HALF, friction=(1.0, 0.005, 0.0001),
+                   **table_look)
+    if look.backdrop_texture is not None:
+        world.add_geom(name="backdrop", type=mujoco.mjtGeom.mjGEOM_BOX, size=(1.5, 0.01, 0.9), pos=(0, 1.3, 0.2),
+                       material=_add_texture_material(spec, "backdrop", look.backdrop_texture, (1, 1)),
+                       contype=0, conaffinity=0)
+
+    def camera_pose(name, pos, quat):
+        dpos, drot = look.camera_offsets.get(name, ((0, 0, 0), (0, 0, 0)))
+        return np.asarray(pos, float) + np.asarray(dpos, float), _offset_quat(quat, drot)
 
     for name, c in _FIXED_CAMERAS.items():
-        world.add_camera(name=name, pos=c["pos"], quat=lookat_quat(c["pos"], c["target"]), fovy=c["fovy"])
+        pos, quat = camera_pose(name, c["pos"], lookat_quat(c["pos"], c["target"]))
+        world.add_camera(name=name, pos=pos, quat=quat, fovy=c["fovy"])
 
     for arm in robot.ARMS:
         gripper = spec.body(f"vx300s_{arm}/gripper_link")
         gripper.add_site(name=robot.tcp_site(arm), pos=(robot.TCP_OFFSET, 0, 0), size=(0.005, 0, 0),
                          rgba=(0, 0, 0, 0))
-        gripper.add_camera(name=f"cam_{arm}_wrist", pos=_WRIST_CAMERA["pos"],
-                           quat=lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"]),
-                           fovy=_WRIST_CAMERA["fovy"])
+        pos, quat = camera_pose(f"cam_{arm}_wrist", _WRIST_CAMERA["pos"],
+                                lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"]))
+        gripper.add_camera(name=f"cam_{arm}_wrist", pos=pos, quat=quat, fovy=_WRIST_CAMERA["fovy"])
         for joint, force in zip(robot.ARM_JOINTS, _ARM_FORCE_LIMIT):
             jname = robot.mjcf_joint(arm, joint)
             j = spec.joint(jname)

@@ -1,0 +1,267 @@
+"""A simulated stand-in for the real ALOHA robot, behind LeRobot's ``Robot`` interface.
+
+No hardware reaches our machines, so the "real world" is this: its own MuJoCo scene with hidden
+physics that differ from the nominal simulator, effects no simulator parameter can represent
+(actuation latency, backlash, Stribeck friction, noisy joint readings) and a camera look of its
+own (photo textures, shadows, warm light, blur, sensor noise, a camera mounted slightly off).
+Everything comes from one YAML/JSON file (``stand_in_default.yaml`` beside this module, or a
+path of yours). Nothing outside ``embodied_gym/robots/`` reads it: calibration, rendering and
+policy code only ever see what a real robot would give them. Figures measured against it are
+labelled *stand-in*, never *real*.
+
+It knows the task state, so :meth:`StandInRobot.task_status` reports success and the privileged
+object poses for evaluation, as a motion-capture system would.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from lerobot.robots import Robot, RobotConfig
+
+from embodied_gym.envs import robot as layout
+from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams
+from embodied_gym.envs.scene import CAMERAS, N_SUBSTEPS, SceneLook
+
+DEFAULT_CONFIG = Path(__file__).with_name("stand_in_default.yaml")
+_TOP_KEYS = {"seed", "physics", "effects", "look"}
+_EFFECT_KEYS = {"latency_steps", "backlash", "stribeck", "joint_position_noise", "joint_velocity_noise"}
+_LOOK_KEYS = {"table_texture", "table_tint", "backdrop_texture", "backdrop_tint", "shadows", "light_diffuse",
+              "ambient", "white_balance", "blur_sigma", "image_noise", "camera_offsets"}
+
+
+def _check_keys(where: str, got: dict, allowed: set) -> None:
+    unknown = sorted(set(got) - allowed)
+    if unknown:
+        raise ValueError(f"stand-in config: unknown key(s) {unknown} in {where}; valid: {sorted(allowed)}")
+
+
+def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Read and validate a stand-in config (YAML or JSON)."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    if not path.exists():
+        raise FileNotFoundError(f"stand-in robot config {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".json":
+        settings = json.loads(text)
+    else:
+        import yaml
+
+        settings = yaml.safe_load(text)
+    if not isinstance(settings, dict):
+        raise ValueError(f"stand-in config {path} must hold a mapping")
+    _check_keys("the top level", settings, _TOP_KEYS)
+    _check_keys("'effects'", settings.get("effects", {}), _EFFECT_KEYS)
+    _check_keys("'look'", settings.get("look", {}), _LOOK_KEYS)
+    for j in settings.get("effects", {}).get("backlash", {}):
+        if j not in ARM_JOINT_NAMES:
+            raise ValueError(f"stand-in config: unknown joint {j!r} in effects.backlash; valid: {list(ARM_JOINT_NAMES)}")
+    for cam in settings.get("look", {}).get("camera_offsets", {}):
+        if cam not in CAMERAS:
+            raise ValueError(f"stand-in config: unknown camera {cam!r} in look.camera_offsets; valid: {list(CAMERAS)}")
+    settings["physics"] = PhysicsParams.from_dict(settings.get("physics", {}))
+    settings["_path"] = str(path)
+    return settings
+
+
+def _photo(name: str, tint, size: int = 256) -> np.ndarray:
+    """A scikit-image photograph (shipped in its wheel), greyscale-tinted to ``tint``."""
+    import cv2
+    import skimage.data
+
+    try:
+        img = getattr(skimage.data, name)()
+    except AttributeError:
+        raise ValueError(f"stand-in config: scikit-image has no image {name!r}") from None
+    grey = img.mean(axis=2) if img.ndim == 3 else img.astype(float)
+    grey = cv2.resize(grey.astype(np.float32), (size, size), interpolation=cv2.INTER_AREA) / 255.0
+    rgb = (0.35 + 0.9 * grey)[..., None] * np.asarray(tint, dtype=np.float32)[None, None]
+    return np.clip(rgb * 255, 0, 255).astype(np.uint8)
+
+
+def scene_look(settings: dict) -> SceneLook:
+    look = settings.get("look", {})
+    offsets = {cam: (tuple(o.get("pos", (0, 0, 0))), tuple(o.get("rot", (0, 0, 0))))
+               for cam, o in look.get("camera_offsets", {}).items()}
+    return SceneLook(
+        shadows=bool(look.get("shadows", True)),
+        offsamples=4,
+        light_diffuse=tuple(look.get("light_diffuse", (0.8, 0.75, 0.65))),
+        ambient=tuple(look.get("ambient", (0.3, 0.3, 0.3))),
+        table_texture=_photo(look["table_texture"], look.get("table_tint", (0.56, 0.48, 0.4)))
+        if look.get("table_texture") else None,
+        backdrop_texture=_photo(look["backdrop_texture"], look.get("backdrop_tint", (0.8, 0.8, 0.8)))
+        if look.get("backdrop_texture") else None,
+        camera_offsets=offsets,
+    )
+
+
+@RobotConfig.register_subclass("embodied_gym_stand_in")
+@dataclass
+class StandInRobotConfig(RobotConfig):
+    """Configuration of :class:`StandInRobot`."""
+
+    task: str = "PickCup"
+    config_path: str | None = None  # hidden settings (YAML/JSON); None: the shipped default
+    camera_names: tuple[str, ...] = ("cam_high",)  # not `cameras`: LeRobot reserves it for CameraConfigs
+    image_size: tuple[int, int] = (240, 320)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.calibration_dir is None:  # nothing to calibrate; keep LeRobot's cache folder clean
+            self.calibration_dir = Path(tempfile.gettempdir()) / "embodied_gym_stand_in"
+
+
+class StandInRobot(Robot):
+    """LeRobot ``Robot`` backed by a hidden MuJoCo world (see module docstring).
+
+    Features: ``<joint>.pos`` and ``<joint>.vel`` for the 14 ALOHA joints (rad; a gripper is its
+    finger's rail position in m), and one ``(H, W, 3)`` image per camera. Actions:
+    ``<joint>.pos`` targets. One :meth:`send_action` advances its world by one 20 ms control step.
+    """
+
+    config_class = StandInRobotConfig
+    name = "embodied_gym_stand_in"
+
+    def __init__(self, config: StandInRobotConfig):
+        super().__init__(config)
+        self.config = config
+        self._settings = load_settings(config.config_path)
+        self._world = None
+        self._pending: collections.deque = collections.deque()
+        self._effective = layout.START_QPOS.copy()
+
+    # ------------------------------------------------------------------ features
+    @property
+    def observation_features(self) -> dict:
+        feats: dict[str, Any] = {f"{j}.pos": float for j in layout.JOINT_NAMES}
+        feats.update({f"{j}.vel": float for j in layout.JOINT_NAMES})
+        feats.update({cam: (*self.config.image_size, 3) for cam in self.config.camera_names})
+        return feats
+
+    @property
+    def action_features(self) -> dict:
+        return {f"{j}.pos": float for j in layout.JOINT_NAMES}
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def is_connected(self) -> bool:
+        return self._world is not None
+
+    @property
+    def is_calibrated(self) -> bool:
+        return True
+
+    def connect(self, calibrate: bool = True) -> None:
+        if self.is_connected:
+            return
+        from embodied_gym.envs.aloha_env import AlohaTaskEnv
+
+        s = self._settings
+        self._world = AlohaTaskEnv(task=self.config.task, obs_type="state", cameras=self.config.camera_names,
+                                   image_size=self.config.image_size, physics=s["physics"], look=scene_look(s),
+                                   terminate_on_success=False)
+        eff = s.get("effects", {})
+        self._latency = int(eff.get("latency_steps", 0))
+        self._backlash = np.zeros(14)
+        for j, b in eff.get("backlash", {}).items():
+            self._backlash[layout.JOINT_NAMES.index(j)] = float(b)
+        st = eff.get("stribeck", {})
+
+        def per_joint(key):  # 6 values (one arm, mirrored) or one for all
+            v = np.broadcast_to(np.asarray(st.get(key, 0.0), dtype=np.float64), (6,))
+            return np.tile(v, 2)
+
+        self._stribeck = (per_joint("static"), per_joint("coulomb"), float(st.get("stribeck_velocity", 0.1)),
+                          per_joint("viscous"))
+        self._pos_noise = float(eff.get("joint_position_noise", 0.0))
+        self._vel_noise = float(eff.get("joint_velocity_noise", 0.0))
+        self.reset_scene(seed=None)
+
+    def calibrate(self) -> None:
+        pass
+
+    def configure(self) -> None:
+        pass
+
+    def disconnect(self) -> None:
+        if self._world is not None:
+            self._world.close()
+            self._world = None
+
+    def _require(self):
+        if self._world is None:
+            raise ConnectionError(f"{self} is not connected; call connect() first")
+        return self._world
+
+    # ------------------------------------------------------------------ the world
+    def reset_scene(self, seed: int | None = None) -> None:
+        """Arms to the start pose, objects placed from ``seed`` (an operator resetting the table)."""
+        world = self._require()
+        world.reset(seed=seed)
+        # Sensor noise restarts with the scene, so the same seed gives the same episode.
+        self._rng = np.random.default_rng([self._settings.get("seed", 0), seed if seed is not None else 0])
+        self._effective = layout.START_QPOS.copy()
+        self._pending = collections.deque([layout.START_QPOS.copy()] * self._latency)
+
+    def get_observation(self) -> dict[str, Any]:
+        world = self._require()
+        q = world.joint_positions() + self._rng.normal(0.0, self._pos_noise, 14)
+        v = world.joint_velocities() + self._rng.normal(0.0, self._vel_noise, 14)
+        obs: dict[str, Any] = {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, q)}
+        obs.update({f"{j}.vel": float(x) for j, x in zip(layout.JOINT_NAMES, v)})
+        for cam in self.config.camera_names:
+            obs[cam] = self._camera_frame(world.render_camera(cam))
+        return obs
+
+    def _camera_frame(self, img: np.ndarray) -> np.ndarray:
+        import cv2
+
+        look = self._settings.get("look", {})
+        out = img.astype(np.float32) * np.asarray(look.get("white_balance", (1, 1, 1)), np.float32)
+        sigma = float(look.get("blur_sigma", 0.0))
+        if sigma > 0:
+            out = cv2.GaussianBlur(out, (0, 0), sigma)
+        out += self._rng.normal(0.0, float(look.get("image_noise", 0.0)), out.shape).astype(np.float32)
+        return np.clip(out, 0, 255).astype(np.uint8)
+
+    def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
+        world = self._require()
+        missing = [f"{j}.pos" for j in layout.JOINT_NAMES if f"{j}.pos" not in action]
+        if missing:
+            raise KeyError(f"action lacks {missing}")
+        cmd = np.clip(np.array([float(action[f"{j}.pos"]) for j in layout.JOINT_NAMES]),
+                      layout.JOINT_LOW, layout.JOINT_HIGH)
+        # Backlash: the joint's target only follows once the command leaves a dead band.
+        gap = cmd - self._effective
+        b = self._backlash
+        self._effective = np.where(gap > b, cmd - b, np.where(gap < -b, cmd + b, self._effective))
+        self._pending.append(self._effective.copy())
+        world.apply_joint_targets(self._pending.popleft())
+        m, d, dofs = world.model, world.data, world.idx.arm_dof
+        fs, fc, vs, fv = self._stribeck
+        import mujoco
+
+        for _ in range(N_SUBSTEPS):
+            v = d.qvel[dofs]
+            d.qfrc_applied[dofs] = -(fc + (fs - fc) * np.exp(-(v / vs) ** 2)) * np.tanh(v / 0.01) - fv * v
+            mujoco.mj_step(m, d)
+        return {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, cmd)}
+
+    def task_status(self) -> dict[str, Any]:
+        """Success, reward and the privileged poses, as the sim env reports them in ``info``."""
+        world = self._require()
+        info = world.task_info()
+        status = world.task.evaluate(world.model, world.data, world.idx)
+        return {"is_success": info["is_success"], "reward": status.reward, "reward_terms": info["reward_terms"],
+                "object_poses": info["object_poses"], "tcp_poses": info["tcp_poses"]}
+
+
+__all__ = ["StandInRobot", "StandInRobotConfig", "load_settings"]
