@@ -50,6 +50,86 @@ def _cmd_demo(args) -> int:
     return 0
 
 
+def _make_env(env_id: str, robot_config: str | None, **kwargs):
+    import gymnasium as gym
+
+    import embodied_gym  # noqa: F401
+
+    if env_id not in gym.registry:
+        ids = sorted(k for k in gym.registry if k.startswith("EmbodieDreamer-"))
+        raise SystemExit(f"embodied-gym: unknown env id {env_id!r}; valid: {ids}")
+    if "-Real-" in env_id:
+        kwargs.update(robot_config=robot_config, realtime=kwargs.pop("realtime", False))
+    else:
+        kwargs.pop("realtime", None)
+        if robot_config:
+            raise SystemExit("embodied-gym: --robot-config only applies to -Real- env ids")
+    return gym.make(env_id, **kwargs)
+
+
+def _load_policy(spec: str, env):
+    import embodied_gym
+
+    if spec == "expert":
+        return embodied_gym.make_expert(env)
+    raise SystemExit(f"embodied-gym: cannot load policy {spec!r}: this release records with the scripted "
+                     f"expert only (--policy expert); trained-policy checkpoints come with the policies milestone")
+
+
+def _cmd_record(args) -> int:
+    from embodied_gym.data.recording import record
+
+    env = _make_env(args.env, args.robot_config, obs_type="pixels_state", cameras=tuple(args.cameras),
+                    image_size=tuple(args.image_size), realtime=args.realtime)
+    policy = _load_policy(args.policy, env)
+    try:
+        summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
+                         env_id=args.env, vcodec=args.vcodec)
+    except FileExistsError as e:
+        raise SystemExit(f"embodied-gym: {e}") from None
+    finally:
+        env.close()
+    print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
+          f"{summary.episodes} in total")
+    return 0
+
+
+def _cmd_replay(args) -> int:
+    from embodied_gym.data.replay import load_episodes, plot_replay, replay_episode
+
+    episodes = load_episodes(args.dataset, args.episodes)
+    task = args.task or _task_from_sidecar(args.dataset)
+    results = [replay_episode(ep, task, physics=args.physics) for ep in episodes]
+    rows = [r.summary() for r in results]
+    mean = {k: float(sum(r[k] for r in rows) / len(rows)) for k in ("joint_rmse_rad", "translation_error_m",
+                                                                       "rotation_error_rad")}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "replay.json"), "w") as f:
+        json.dump({"dataset": str(args.dataset), "physics": args.physics, "task": task, "mean": mean,
+                   "episodes": rows}, f, indent=2)
+    plot_replay(results[: args.plot_episodes], os.path.join(args.out, "replay.png"))
+    for r in rows:
+        print(f"episode {r['episode']:3d}: joint RMSE {r['joint_rmse_rad']:.4f} rad, TCP translation "
+              f"{r['translation_error_m'] * 100:.2f} cm, rotation {r['rotation_error_rad']:.4f} rad")
+    print(f"mean over {len(rows)}: joint RMSE {mean['joint_rmse_rad']:.4f} rad, translation "
+          f"{mean['translation_error_m'] * 100:.2f} cm, rotation {mean['rotation_error_rad']:.4f} rad "
+          f"(written to {args.out}/replay.json, replay.png)")
+    return 0
+
+
+def _task_from_sidecar(root) -> str:
+    from embodied_gym.data.features import SIDECAR
+
+    path = os.path.join(root, SIDECAR)
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                env_id = json.loads(line).get("env_id") or ""
+                if env_id.startswith("EmbodieDreamer-"):
+                    return env_id.split("-")[1]
+    raise SystemExit("embodied-gym: cannot tell the dataset's task; pass --task")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="embodied-gym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -60,6 +140,29 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--camera", default="cam_high")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     demo.set_defaults(func=_cmd_demo)
+
+    rec = sub.add_parser("record", help="record episodes into a local LeRobotDataset v3.0")
+    rec.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
+    rec.add_argument("--policy", default="expert", help="'expert' (the scripted expert)")
+    rec.add_argument("--episodes", type=int, default=50)
+    rec.add_argument("--out", required=True, help="dataset folder")
+    rec.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
+    rec.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
+    rec.add_argument("--cameras", nargs="+", default=["cam_high"])
+    rec.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
+    rec.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
+    rec.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
+    rec.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
+    rec.set_defaults(func=_cmd_record)
+
+    rep = sub.add_parser("replay", help="replay recorded episodes open-loop in the sim and measure the gap")
+    rep.add_argument("--dataset", required=True)
+    rep.add_argument("--episodes", type=int, nargs="*", help="episode indices (default: all)")
+    rep.add_argument("--task", help="task name (default: from the recording)")
+    rep.add_argument("--physics", help="physics JSON file (default: nominal)")
+    rep.add_argument("--out", default="runs/replay")
+    rep.add_argument("--plot-episodes", type=int, default=3, help="episodes drawn in replay.png")
+    rep.set_defaults(func=_cmd_replay)
     return p
 
 

@@ -116,6 +116,11 @@ class AlohaTaskEnv(gym.Env):
         return self.controller.targets.copy()
 
     @property
+    def commanded_targets(self) -> np.ndarray:
+        """The 14 joint targets last sent to the actuators (what a recording stores as action)."""
+        return self.controller.targets.copy()
+
+    @property
     def ee_targets(self) -> tuple[np.ndarray, np.ndarray]:
         """(2x3 positions, 2x3x3 rotations) of the ``ee_delta`` TCP targets."""
         return self.controller.ee_pos.copy(), self.controller.ee_rot.copy()

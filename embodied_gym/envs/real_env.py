@@ -298,6 +298,11 @@ class AlohaRealEnv(gym.Env):
         return self.controller.targets.copy()
 
     @property
+    def commanded_targets(self) -> np.ndarray:
+        """The 14 joint targets last sent to the robot, after clipping and rate limiting."""
+        return self._sent.copy()
+
+    @property
     def ee_targets(self) -> tuple[np.ndarray, np.ndarray]:
         return self.controller.ee_pos.copy(), self.controller.ee_rot.copy()
 

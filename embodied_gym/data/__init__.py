@@ -1,0 +1,1 @@
+"""LeRobotDataset recording and open-loop replay."""

@@ -1,0 +1,167 @@
+"""Open-loop replay of a recorded episode in the simulator, and how far the two trajectories part.
+
+The replay starts the sim from the episode's first recorded joint state (and the recorded
+object layout when the recording has it), then applies the recorded joint targets one control
+step at a time, without feedback. Errors compare the sim's state after each step with the
+recording's next state: joint RMSE, TCP translation error (m) and TCP rotation error
+arcsin(‖R_sim − R_real‖_F / (2√2)) (rad), per step and averaged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from embodied_gym.data.features import SIDECAR
+from embodied_gym.envs import robot as layout
+from embodied_gym.metrics import ee_errors
+
+_REQUIRED = ("observation.state", "observation.velocity", "observation.ee_pose", "action")
+
+
+@dataclass
+class Episode:
+    """One recorded episode's arrays (T frames)."""
+
+    index: int
+    state: np.ndarray  # (T, 14)
+    velocity: np.ndarray  # (T, 14)
+    ee_pose: np.ndarray  # (T, 14)
+    action: np.ndarray  # (T, 14)
+    task: str
+    seed: int | None = None
+    layout: dict = field(default_factory=dict)
+
+
+def dataset_repo_id(root: str | os.PathLike) -> str:
+    return f"embodied_gym/{Path(root).name}"
+
+
+def load_episodes(root: str | os.PathLike, episodes: list[int] | None = None) -> list[Episode]:
+    """Read episodes (all by default) without decoding any video."""
+    from lerobot.datasets import LeRobotDataset
+
+    root = Path(root)
+    if not (root / "meta" / "info.json").exists():
+        raise FileNotFoundError(f"{root} is not a LeRobotDataset (no meta/info.json)")
+    ds = LeRobotDataset(dataset_repo_id(root), root=root, episodes=episodes, video_backend="pyav")
+    missing = [k for k in _REQUIRED if k not in ds.meta.features]
+    if missing:
+        raise ValueError(f"dataset {root} lacks the feature(s) {missing} that replay and calibration need; "
+                         f"record it with `embodied-gym record`")
+    hf = ds.hf_dataset
+    ep_index = np.asarray(hf["episode_index"])
+    cols = {k: np.stack(hf[k]).astype(np.float64) for k in _REQUIRED}
+    tasks = ds.meta.tasks.index.tolist() if hasattr(ds.meta.tasks, "index") else []
+    task_index = np.asarray(hf["task_index"])
+    sidecar = {}
+    if (root / SIDECAR).exists():
+        for line in (root / SIDECAR).read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                sidecar[row["episode_index"]] = row
+    out = []
+    for e in (episodes if episodes is not None else sorted(np.unique(ep_index).tolist())):
+        sel = ep_index == e
+        n = int(sel.sum())
+        if n == 0:
+            raise ValueError(f"dataset {root} has no episode {e} (it has {ds.meta.total_episodes})")
+        if n < 2:
+            raise ValueError(f"episode {e} of {root} has {n} frame; replay needs at least 2")
+        arrays = {k: v[sel] for k, v in cols.items()}
+        for k, v in arrays.items():
+            if not np.isfinite(v).all():
+                raise ValueError(f"episode {e} of {root} has NaN/inf in '{k}'")
+        row = sidecar.get(e, {})
+        out.append(Episode(index=int(e), state=arrays["observation.state"], velocity=arrays["observation.velocity"],
+                           ee_pose=arrays["observation.ee_pose"], action=arrays["action"],
+                           task=tasks[int(task_index[sel][0])] if tasks else "", seed=row.get("seed"),
+                           layout=row.get("layout", {})))
+    return out
+
+
+@dataclass
+class ReplayResult:
+    episode: int
+    real_state: np.ndarray  # (T-1, 14) recorded states s_1..s_{T-1}
+    sim_state: np.ndarray  # (T-1, 14) replayed states
+    real_ee: np.ndarray  # (T-1, 14)
+    sim_ee: np.ndarray  # (T-1, 14)
+    joint_rmse: np.ndarray  # (T-1,) over the 12 arm joints (rad)
+    translation_error: np.ndarray  # (T-1,) m, mean over both TCPs
+    rotation_error: np.ndarray  # (T-1,) rad
+
+    def summary(self) -> dict[str, float]:
+        return {"episode": self.episode, "steps": int(len(self.joint_rmse)),
+                "joint_rmse_rad": float(np.sqrt(np.mean(self.joint_rmse ** 2))),
+                "translation_error_m": float(self.translation_error.mean()),
+                "rotation_error_rad": float(self.rotation_error.mean())}
+
+
+def replay_episode(episode: Episode, task: str, physics=None, env: gym.Env | None = None) -> ReplayResult:
+    """Replay ``episode`` open-loop in the sim of ``task`` under ``physics`` (see module docstring)."""
+    import embodied_gym
+
+    own = env is None
+    if own:
+        env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=physics, terminate_on_success=False)
+    u = env.unwrapped
+    if u.control_mode != "joint_pos":
+        raise ValueError("replay needs an env with control_mode='joint_pos' (recorded actions are joint targets)")
+    if physics is not None and not own:
+        u.set_physics(physics)
+    options = {"layout": {k: _layout_xyyaw(v) for k, v in episode.layout.items()}} if episode.layout else None
+    u.reset(seed=episode.seed if episode.seed is not None else 0, options=options)
+    u.set_joint_state(episode.state[0], episode.velocity[0])
+    T = len(episode.action)
+    sim_q, sim_ee = np.zeros((T - 1, 14)), np.zeros((T - 1, 14))
+    for t in range(T - 1):
+        u.step(episode.action[t])
+        sim_q[t] = u.joint_positions()
+        sim_ee[t] = u.task_info()["tcp_poses"].reshape(14)
+    if own:
+        env.close()
+    real_q, real_ee = episode.state[1:], episode.ee_pose[1:]
+    arm = layout.ARM_INDICES
+    rmse = np.sqrt(np.mean((sim_q[:, arm] - real_q[:, arm]) ** 2, axis=1))
+    trans, rot = ee_errors(sim_ee, real_ee)
+    return ReplayResult(episode.index, real_q, sim_q, real_ee, sim_ee, rmse, trans, rot)
+
+
+def _layout_xyyaw(pose) -> np.ndarray:
+    """(x, y, yaw) of a recorded [x, y, z, qw, qx, qy, qz] object pose."""
+    x, y, _, w, qx, qy, qz = pose
+    return np.array([x, y, np.arctan2(2 * (w * qz + qx * qy), 1 - 2 * (qy * qy + qz * qz))])
+
+
+def plot_replay(results: list[ReplayResult], path: str | os.PathLike, labels: list[str] | None = None) -> None:
+    """Top and side views of the recorded vs replayed TCP paths of both arms, one row per result."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 2, figsize=(10, 4 * len(results)), squeeze=False)
+    for row, r in enumerate(results):
+        name = labels[row] if labels else f"episode {r.episode}"
+        for arm, colour in ((0, "tab:blue"), (1, "tab:orange")):
+            real, sim = r.real_ee[:, arm * 7:arm * 7 + 3], r.sim_ee[:, arm * 7:arm * 7 + 3]
+            for ax, (i, j), view in ((axes[row, 0], (0, 1), "top (x, y)"), (axes[row, 1], (0, 2), "side (x, z)")):
+                ax.plot(real[:, i], real[:, j], "-", color=colour, label=f"{layout.ARMS[arm]} recorded")
+                ax.plot(sim[:, i], sim[:, j], "--", color=colour, label=f"{layout.ARMS[arm]} replayed")
+                ax.set_title(f"{name}: {view}")
+                ax.set_aspect("equal", adjustable="datalim")
+        s = r.summary()
+        axes[row, 1].text(0.02, 0.02, f"trans {s['translation_error_m'] * 100:.1f} cm, rot {s['rotation_error_rad']:.3f} rad,"
+                          f" joint RMSE {s['joint_rmse_rad']:.3f} rad", transform=axes[row, 1].transAxes, fontsize=8)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
