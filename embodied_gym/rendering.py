@@ -14,12 +14,13 @@ import sys
 import weakref
 
 _LIVE_RENDERERS: "weakref.WeakSet" = weakref.WeakSet()
+_AT_EXIT: list[bool] = []
 
 
-@atexit.register
 def _close_renderers() -> None:
     # A renderer left open until interpreter teardown frees its GL context after the GL
     # libraries are gone, which prints noisy tracebacks; close them while everything still exists.
+    # Registered after MuJoCo's own EGL atexit hook (made with the first context), so it runs first.
     for r in list(_LIVE_RENDERERS):
         try:
             r.close()
@@ -55,6 +56,9 @@ def make_renderer(model, height: int, width: int):
     try:
         renderer = mujoco.Renderer(model, height, width)
         _LIVE_RENDERERS.add(renderer)
+        if not _AT_EXIT:
+            atexit.register(_close_renderers)
+            _AT_EXIT.append(True)
         return renderer
     except Exception as e:  # mujoco raises several types depending on the backend
         raise RuntimeError(_HELP.format(err=f"{type(e).__name__}: {e}; MUJOCO_GL={os.environ.get('MUJOCO_GL')}")) from e

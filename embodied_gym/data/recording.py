@@ -70,7 +70,8 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
            progress: bool = True, vcodec: str = "h264") -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``.
 
-    ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record).
+    ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record), or
+    ``obs_type="state"`` for a dataset without video (enough for calibration).
     Episode ``i`` of the dataset is reset with seed ``seed + i``, so a resumed run continues the
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
     LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files.
@@ -82,11 +83,12 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     encoder = RGBEncoderConfig(vcodec=vcodec)
 
     u = env.unwrapped
-    if getattr(u, "obs_type", None) != "pixels_state":
-        raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames)")
+    if getattr(u, "obs_type", None) not in ("state", "pixels_state"):
+        raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
+                         "or obs_type='state' (no video)")
     root = Path(root)
     repo_id = repo_id or f"embodied_gym/{root.name}"
-    cameras = tuple(u.cameras)
+    cameras = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
     existing = root / "meta" / "info.json"
     if existing.exists() and not resume:
         raise FileExistsError(f"{root} already holds a dataset; pass resume=True (--resume) to add episodes, "

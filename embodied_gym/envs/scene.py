@@ -64,6 +64,7 @@ class SceneLook:
     overrides it (photo textures, shadows, light, camera placement) to play a real camera."""
 
     shadows: bool = False
+    shadow_size: int = 1024  # shadow-map resolution when shadows are on
     offsamples: int = 0
     light_diffuse: tuple[float, float, float] = (0.7, 0.7, 0.7)
     ambient: tuple[float, float, float] = (0.35, 0.35, 0.35)
@@ -122,7 +123,7 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     spec.option.impratio = 10.0  # firmer frictional grasps (Menagerie's ALOHA setting)
     spec.visual.quality.offsamples = look.offsamples
-    spec.visual.quality.shadowsize = 4096 if look.shadows else 0
+    spec.visual.quality.shadowsize = look.shadow_size if look.shadows else 0
     spec.visual.headlight.ambient = look.ambient
     spec.visual.headlight.diffuse = (0.3, 0.3, 0.3)
     spec.visual.global_.offwidth = 1280
