@@ -71,7 +71,7 @@ class AlohaTaskEnv(gym.Env):
     ``env.unwrapped.data``.
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": round(1 / CONTROL_DT)}
+    metadata = {"render_modes": list(sp.RENDER_MODES), "render_fps": round(1 / CONTROL_DT)}
     task_name: str = ""
 
     def __init__(self, obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
@@ -79,22 +79,16 @@ class AlohaTaskEnv(gym.Env):
                  render_mode: str | None = None, terminate_on_success: bool = True,
                  task: Task | str | None = None, look: SceneLook | None = None):
         self.task = make_task(task or self.task_name) if not isinstance(task, Task) else task
-        sp.check_choice("obs_type", obs_type, sp.OBS_TYPES)
-        sp.check_choice("control_mode", control_mode, sp.CONTROL_MODES)
-        if render_mode is not None:
-            sp.check_choice("render_mode", render_mode, self.metadata["render_modes"])
-        self.obs_type = obs_type
-        self.cameras = sp.normalise_cameras(cameras)
-        self.image_size = sp.normalise_image_size(image_size)
-        self.control_mode = control_mode
-        self.render_mode = render_mode
+        opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
+        self.obs_type, self.cameras, self.image_size = opts.obs_type, opts.cameras, opts.image_size
+        self.control_mode, self.render_mode = opts.control_mode, opts.render_mode
+        self.observation_space = opts.observation_space()
         self.terminate_on_success = terminate_on_success
         self.physics = resolve_physics(physics)
 
         self.model, self.idx, self._handles = compile_scene(self.task, self.physics, look)
         self.data = mujoco.MjData(self.model)
         self.kinematics = ArmKinematics(self.model, self.idx)
-        self.observation_space = sp.observation_space(obs_type, self.cameras if obs_type != "state" else (), self.image_size)
         self.controller = JointTargetController(control_mode, self.kinematics)
         self.action_space = self.controller.action_space
         self._renderer: mujoco.Renderer | None = None

@@ -65,7 +65,7 @@ class AlohaRealEnv(gym.Env):
     context. The env is a context manager; ``close()`` is idempotent and disconnects the robot.
     """
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": round(1 / CONTROL_DT)}
+    metadata = {"render_modes": list(sp.RENDER_MODES), "render_fps": round(1 / CONTROL_DT)}
 
     def __init__(self, task: str = "PickCup", robot=None, robot_config: str | os.PathLike | None = None,
                  obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
@@ -75,21 +75,14 @@ class AlohaRealEnv(gym.Env):
                  realtime: bool = True, success_fn: Callable[[dict, dict], bool] | None = None,
                  reset_fn: Callable[[Any, int | None], None] | None = None):
         self.task = make_task(task)
-        sp.check_choice("obs_type", obs_type, sp.OBS_TYPES)
-        sp.check_choice("control_mode", control_mode, sp.CONTROL_MODES)
-        if render_mode is not None:
-            sp.check_choice("render_mode", render_mode, self.metadata["render_modes"])
-        self.obs_type = obs_type
-        self.cameras = sp.normalise_cameras(cameras)
-        self.image_size = sp.normalise_image_size(image_size)
-        self.control_mode = control_mode
-        self.render_mode = render_mode
+        opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
+        self.obs_type, self.cameras, self.image_size = opts.obs_type, opts.cameras, opts.image_size
+        self.control_mode, self.render_mode = opts.control_mode, opts.render_mode
+        self.observation_space = opts.observation_space()
         self.terminate_on_success = terminate_on_success
         self.realtime = realtime
         self.success_fn = success_fn
         self.reset_fn = reset_fn
-        obs_cams = self.cameras if obs_type != "state" else ()
-        self.observation_space = sp.observation_space(obs_type, obs_cams, self.image_size)
 
         # Kinematics for ee_delta come from the (calibrated) simulator's model of the arm.
         model, idx, _ = compile_scene(self.task, resolve_physics(physics))

@@ -6,6 +6,7 @@ contract on the other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -15,6 +16,7 @@ from embodied_gym.envs import robot
 from embodied_gym.envs.scene import CAMERAS
 
 OBS_TYPES = ("state", "pixels", "pixels_state")
+RENDER_MODES = ("rgb_array",)
 CONTROL_MODES = ("joint_pos", "joint_delta", "ee_delta")
 
 #: joint_delta: largest change of a joint target per control step (rad, and m for grippers).
@@ -52,6 +54,28 @@ def normalise_image_size(image_size) -> tuple[int, int]:
     if not (16 <= h <= 2048 and 16 <= w <= 2048):
         raise ValueError(f"image_size {(h, w)} out of range; each side must be in [16, 2048]")
     return h, w
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """The interface kwargs every embodied-gym env (sim or real) takes, validated."""
+
+    obs_type: str
+    cameras: tuple[str, ...]
+    image_size: tuple[int, int]
+    control_mode: str
+    render_mode: str | None
+
+    @classmethod
+    def validate(cls, obs_type, cameras, image_size, control_mode, render_mode) -> "EnvOptions":
+        check_choice("obs_type", obs_type, OBS_TYPES)
+        check_choice("control_mode", control_mode, CONTROL_MODES)
+        if render_mode is not None:
+            check_choice("render_mode", render_mode, RENDER_MODES)
+        return cls(obs_type, normalise_cameras(cameras), normalise_image_size(image_size), control_mode, render_mode)
+
+    def observation_space(self) -> spaces.Dict:
+        return observation_space(self.obs_type, self.cameras if self.obs_type != "state" else (), self.image_size)
 
 
 def observation_space(obs_type: str, cameras: Sequence[str], image_size: tuple[int, int]) -> spaces.Dict:

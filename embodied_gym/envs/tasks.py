@@ -169,6 +169,20 @@ class Task:
     def nearest_tcp_distance(data, idx: SceneIndex, point: np.ndarray) -> float:
         return min(math.dist(data.site_xpos[s], point) for s in idx.tcp_sites)
 
+    def _place_status(self, data, idx: SceneIndex, obj: str, reach_point, moved_xy, target_xy, placed: bool,
+                      placed_term: str) -> TaskStatus:
+        """Terms of a pick-and-place task: reach ``obj``, hold it (or have placed it), bring
+        ``moved_xy`` over ``target_xy``, ``placed``; success = placed and released."""
+        contacts = Contacts(data, idx)
+        carried = float(contacts.grasping_arm(obj) is not None or placed)
+        terms = {
+            "reach": reach_term(self.nearest_tcp_distance(data, idx, reach_point)),
+            "grasp": carried,
+            "transport": reach_term(math.dist(moved_xy, target_xy), 5.0) * carried,
+            placed_term: float(placed),
+        }
+        return self._finish(terms, placed and not contacts.held(obj))
+
     @staticmethod
     def _finish(terms: dict[str, float], success: bool) -> TaskStatus:
         terms = dict(terms, success=float(success))
@@ -179,6 +193,7 @@ class Task:
 # ----------------------------------------------------------------------------- the four tasks
 CUP_RADIUS = 0.025
 CUP_HEIGHT = 0.08
+_CUP_GRASP_OFFSET = np.array([0.0, 0.0, CUP_HEIGHT - 0.03])  # 3 cm below the rim
 
 
 @dataclass
@@ -208,7 +223,7 @@ class PickCup(Task):
         on_table = contacts.touch("table", "cup")
         height = float(pos[2])
         success = arm is not None and not on_table and height >= self.lift_height
-        grasp_point = pos + np.array([0, 0, CUP_HEIGHT - 0.03])
+        grasp_point = pos + _CUP_GRASP_OFFSET
         terms = {
             "reach": reach_term(self.nearest_tcp_distance(data, idx, grasp_point)),
             "grasp": float(arm is not None),
@@ -264,19 +279,10 @@ class PenInCup(Task):
         return bool(np.hypot(local[0], local[1]) < PENCUP_INNER and 0.0 <= local[2] <= PENCUP_HEIGHT)
 
     def evaluate(self, model, data, idx):
-        contacts = Contacts(data, idx)
-        inside = self.tip_inside(data, idx)
-        released = not contacts.held("pen")
-        arm = contacts.grasping_arm("pen")
         low, up = self.pen_tips(data, idx)
-        above_cup = data.xpos[idx.object_bodies["pencup"]] + np.array([0, 0, PENCUP_HEIGHT])
-        terms = {
-            "reach": reach_term(self.nearest_tcp_distance(data, idx, (low + up) / 2)),
-            "grasp": float(arm is not None or inside),
-            "transport": reach_term(float(np.linalg.norm(low[:2] - above_cup[:2])), 5.0) * float(arm is not None or inside),
-            "inside": float(inside),
-        }
-        return self._finish(terms, inside and released)
+        cup = data.xpos[idx.object_bodies["pencup"]]
+        return self._place_status(data, idx, "pen", (low + up) / 2, low[:2], cup[:2], self.tip_inside(data, idx),
+                                  "inside")
 
 
 REMOTE_HALF = (0.085, 0.0225, 0.01)
@@ -320,20 +326,10 @@ class RemoteInBox(Task):
                     and top < bpos[2] + BOX_HEIGHT)
 
     def evaluate(self, model, data, idx):
-        contacts = Contacts(data, idx)
-        inside = self.inside(data, idx)
-        released = not contacts.held("remote")
-        arm = contacts.grasping_arm("remote")
         rpos = data.xpos[idx.object_bodies["remote"]]
         bpos = data.xpos[idx.object_bodies["box"]]
-        carried = float(arm is not None or inside)
-        terms = {
-            "reach": reach_term(self.nearest_tcp_distance(data, idx, rpos + np.array([0, 0, 2 * REMOTE_HALF[2]]))),
-            "grasp": carried,
-            "transport": reach_term(float(np.linalg.norm(rpos[:2] - bpos[:2])), 5.0) * carried,
-            "inside": float(inside),
-        }
-        return self._finish(terms, inside and released)
+        return self._place_status(data, idx, "remote", rpos + np.array([0, 0, 2 * REMOTE_HALF[2]]), rpos[:2], bpos[:2],
+                                  self.inside(data, idx), "inside")
 
 
 MAT_HALF = (0.06, 0.06, 0.002)
@@ -375,20 +371,10 @@ class CupOnMat(Task):
         return bool(upright and abs(local[0]) < MAT_HALF[0] and abs(local[1]) < MAT_HALF[1] and resting)
 
     def evaluate(self, model, data, idx):
-        contacts = Contacts(data, idx)
-        on_mat = self.on_mat(data, idx)
-        released = not contacts.held("cup")
-        arm = contacts.grasping_arm("cup")
         cpos = data.xpos[idx.object_bodies["cup"]]
         mpos = data.xpos[idx.object_bodies["mat"]]
-        carried = float(arm is not None or on_mat)
-        terms = {
-            "reach": reach_term(self.nearest_tcp_distance(data, idx, cpos + np.array([0, 0, CUP_HEIGHT - 0.03]))),
-            "grasp": carried,
-            "transport": reach_term(float(np.linalg.norm(cpos[:2] - mpos[:2])), 5.0) * carried,
-            "on_mat": float(on_mat),
-        }
-        return self._finish(terms, on_mat and released)
+        return self._place_status(data, idx, "cup", cpos + _CUP_GRASP_OFFSET, cpos[:2], mpos[:2],
+                                  self.on_mat(data, idx), "on_mat")
 
 
 TASKS: dict[str, type[Task]] = {"PickCup": PickCup, "PenInCup": PenInCup, "RemoteInBox": RemoteInBox,
