@@ -6,7 +6,13 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-# --- system packages: EGL (rendering), OSMesa (fallback) -------------------------------------
+# --- system packages: EGL (rendering), OSMesa (fallback), FFmpeg ------------------------------
+# FFmpeg's libraries serve LeRobot's default video decoder (torchcodec); embodied-gym itself
+# encodes and decodes through PyAV, which bundles FFmpeg, so a failed FFmpeg install only warns.
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 need=()
 ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1' || need+=(libegl1)
 ldconfig -p 2>/dev/null | grep -q 'libOSMesa' || need+=(libosmesa6)
@@ -14,8 +20,7 @@ ldconfig -p 2>/dev/null | grep -q 'libGL.so.1' || need+=(libgl1)
 if ((${#need[@]})); then
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
     say "installing system packages: ${need[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    apt_install "${need[@]}"
   else
     say "missing system libraries for headless rendering: ${need[*]}"
     say "install them with: sudo apt-get install ${need[*]}   (then rerun this script)"
