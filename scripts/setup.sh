@@ -28,7 +28,16 @@ if ((${#need[@]})); then
   fi
 fi
 
-# --- Python >= 3.12 --------------------------------------------------------------------------
+if ! command -v ffmpeg >/dev/null; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    say "installing ffmpeg (for LeRobot's default video decoder)"
+    apt_install ffmpeg || say "warning: could not install ffmpeg; use video_backend='pyav' with LeRobotDataset"
+  else
+    say "note: ffmpeg is missing (sudo apt-get install ffmpeg); LeRobotDataset then needs video_backend='pyav'"
+  fi
+fi
+
+# --- Python 3.12 --------------------------------------------------------------------------
 # Python 3.12 exactly: lerobot 0.6 needs >= 3.12, and gym-aloha's dm-control needs labmaze,
 # which has no wheel for 3.13 (building it needs bazel).
 find_python() {
