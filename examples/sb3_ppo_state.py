@@ -7,7 +7,6 @@ The observation is a flat Dict, so SB3's MultiInputPolicy takes it as is.
 
 import argparse
 
-import gymnasium as gym
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 

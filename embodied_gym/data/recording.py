@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 
 from embodied_gym.data.features import FPS, SIDECAR, dataset_features
@@ -40,8 +40,6 @@ def _ee_pose(env, info, q) -> np.ndarray:
     for arm in range(2):
         pos, rot = kin.tcp_pose(q[layout.ARM_INDICES], arm)
         quat = np.zeros(4)
-        import mujoco
-
         mujoco.mju_mat2Quat(quat, rot.ravel())
         out.append(np.concatenate([pos, quat]))
     return np.concatenate(out).astype(np.float32)

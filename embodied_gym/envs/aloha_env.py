@@ -144,8 +144,9 @@ class AlohaTaskEnv(gym.Env):
         mujoco.mj_forward(self.model, self.data)
 
     def task_info(self) -> dict[str, Any]:
-        """Success, reward terms and privileged poses of the current state (as in ``info``)."""
-        return self._info(self.task.evaluate(self.model, self.data, self.idx))
+        """Success, reward (and its terms) and privileged poses of the current state, as ``info``."""
+        status = self.task.evaluate(self.model, self.data, self.idx)
+        return dict(self._info(status), reward=status.reward)
 
     def joint_positions(self) -> np.ndarray:
         return self.data.qpos[self.idx.joint_qpos].copy()

@@ -17,7 +17,7 @@ import numpy as np
 
 from embodied_gym.envs import robot, spaces as sp
 from embodied_gym.envs.kinematics import ArmKinematics, horizontal_rotation, rotation_error, top_down_rotation
-from embodied_gym.envs.tasks import (BOX_INNER_HALF, CUP_HEIGHT, CUP_RADIUS, MAT_HALF, PEN_HALF_LENGTH, PEN_RADIUS,
+from embodied_gym.envs.tasks import (CUP_HEIGHT, CUP_RADIUS, MAT_HALF, PEN_HALF_LENGTH, PEN_RADIUS,
                                      REMOTE_HALF)
 
 # Inner face of a finger pad sits this far inside the finger's rail position (measured on the mesh).
