@@ -1,0 +1,152 @@
+"""The calibration parameter space: named scalars with box bounds, normalised to [0, 1].
+
+Names are ``<field>.<joint>`` for the per-joint fields of
+:class:`~embodied_gym.envs.physics.PhysicsParams` (``kp.left_waist``, ``damping.right_elbow``, …)
+and the field name for scalars (``gripper_kp``, ``object_friction``, ``pad_friction``). Inside the
+optimisers every free parameter lives on [0, 1]: linearly, or logarithmically where its range spans
+an order of magnitude or more. Frozen parameters keep the base value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams
+
+PER_JOINT_FIELDS = ("kp", "damping", "frictionloss", "armature")
+SCALAR_FIELDS = ("gripper_kp", "object_friction", "pad_friction")
+_LOG_RATIO = 10.0  # ranges with high/low >= this are searched on a log scale
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    low: float
+    high: float
+
+    @property
+    def log(self) -> bool:
+        return self.low > 0 and self.high / self.low >= _LOG_RATIO
+
+
+def _default_bounds(name: str, nominal: float) -> tuple[float, float]:
+    field = name.split(".")[0]
+    if field in ("kp", "damping"):
+        return nominal * 0.25, nominal * 4.0
+    if field == "frictionloss":
+        return 0.0, max(5.0, 3 * nominal)
+    if field == "armature":
+        return 0.0, max(1.0, 3 * nominal)
+    if field == "gripper_kp":
+        return nominal * 0.25, nominal * 4.0
+    return 0.2, 2.0  # friction coefficients
+
+
+def parameter_names() -> list[str]:
+    return [f"{f}.{j}" for f in PER_JOINT_FIELDS for j in ARM_JOINT_NAMES] + list(SCALAR_FIELDS)
+
+
+def get_value(params: PhysicsParams, name: str) -> float:
+    field, _, joint = name.partition(".")
+    v = getattr(params, field)
+    return float(v[ARM_JOINT_NAMES.index(joint)]) if joint else float(v)
+
+
+class ParameterSpace:
+    """Free parameters with bounds around a base :class:`PhysicsParams` (nominal by default)."""
+
+    def __init__(self, base: PhysicsParams | None = None, bounds: dict[str, Sequence[float]] | None = None,
+                 frozen: Iterable[str] = ()):
+        self.base = base or PhysicsParams()
+        names = parameter_names()
+        known = set(names)
+        bounds = dict(bounds or {})
+        frozen = set(frozen)
+        unknown = sorted((set(bounds) | frozen) - known)
+        if unknown:
+            raise ValueError(f"unknown parameter name(s) {unknown}; valid names look like 'kp.left_waist', "
+                             f"'damping.right_elbow', 'gripper_kp' (all: {names})")
+        problems = []
+        params = []
+        for n in names:
+            lo, hi = bounds.get(n, _default_bounds(n, get_value(self.base, n)))
+            lo, hi = float(lo), float(hi)
+            if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+                problems.append(f"{n}: low {lo} must be below high {hi}")
+            elif lo < 0:
+                problems.append(f"{n}: low {lo} must not be negative")
+            if n not in frozen:
+                params.append(Parameter(n, lo, hi))
+        if problems:
+            raise ValueError("invalid bounds: " + "; ".join(problems))
+        self.frozen = tuple(sorted(frozen))
+        self.params = tuple(params)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+    @property
+    def dim(self) -> int:
+        return len(self.params)
+
+    # ------------------------------------------------------------------ scaling
+    def normalise(self, values: np.ndarray) -> np.ndarray:
+        """Physical values (..., dim) -> [0, 1]."""
+        v = np.asarray(values, dtype=np.float64)
+        out = np.empty_like(v)
+        for i, p in enumerate(self.params):
+            if p.log:
+                out[..., i] = np.log(v[..., i] / p.low) / np.log(p.high / p.low)
+            else:
+                out[..., i] = (v[..., i] - p.low) / (p.high - p.low)
+        return out
+
+    def denormalise(self, u: np.ndarray) -> np.ndarray:
+        """[0, 1] (..., dim) -> physical values (clipped into the box)."""
+        u = np.clip(np.asarray(u, dtype=np.float64), 0.0, 1.0)
+        out = np.empty_like(u)
+        for i, p in enumerate(self.params):
+            out[..., i] = p.low * (p.high / p.low) ** u[..., i] if p.log else p.low + u[..., i] * (p.high - p.low)
+        return out
+
+    def values_of(self, params: PhysicsParams) -> np.ndarray:
+        return np.array([get_value(params, p.name) for p in self.params])
+
+    def to_physics(self, values: np.ndarray) -> PhysicsParams:
+        """The base parameters with the free ones set to ``values`` (physical units)."""
+        per_joint = {f: list(getattr(self.base, f)) for f in PER_JOINT_FIELDS}
+        scalars = {}
+        for p, v in zip(self.params, np.asarray(values, dtype=np.float64)):
+            field, _, joint = p.name.partition(".")
+            if joint:
+                per_joint[field][ARM_JOINT_NAMES.index(joint)] = float(v)
+            else:
+                scalars[field] = float(v)
+        return dataclasses.replace(self.base, **{f: tuple(v) for f, v in per_joint.items()}, **scalars)
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """``n`` points of a scrambled Sobol sequence on [0, 1]^dim (normalised)."""
+        from scipy.stats import qmc
+
+        return qmc.Sobol(d=self.dim, scramble=True, seed=seed).random(n)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict:
+        return {"bounds": {p.name: [p.low, p.high] for p in self.params}, "frozen": list(self.frozen),
+                "base": self.base.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ParameterSpace":
+        return cls(PhysicsParams.from_dict(d.get("base", {})), d.get("bounds"), d.get("frozen", ()))
+
+    def fingerprint(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]

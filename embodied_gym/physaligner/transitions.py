@@ -1,0 +1,172 @@
+"""Stage 1 of PhysAligner: the simulated one-step dataset.
+
+For K parameter vectors θ (a scrambled Sobol sample of the normalised box) and every recorded
+transition (s_{t-1}, a_{t-1}) of the training episodes, the simulator is put in state s_{t-1}
+(joint positions and velocities), given the joint targets a_{t-1}, and stepped one 20 ms control
+step; the result s_t is stored. s = 14 joint positions + 14 joint velocities (the paper's
+one-step form). Task objects sit at the episode's recorded start layout: recordings hold no
+per-frame object poses, and the arm's one-step dynamics barely depend on them.
+
+The work runs in parallel over processes (one scene per worker) with a progress bar, and the
+result is cached as a compressed ``.npz`` keyed by the inputs' hash, so a rerun or a resumed
+calibration skips it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from embodied_gym.data.replay import Episode, _layout_xyyaw
+from embodied_gym.envs import robot as layout
+from embodied_gym.envs.physics import apply_physics
+from embodied_gym.envs.scene import N_SUBSTEPS, compile_scene
+from embodied_gym.envs.tasks import make_task
+from embodied_gym.physaligner.space import ParameterSpace
+
+STATE_DIM = 28
+
+
+@dataclass
+class Transitions:
+    """Inputs shared by every θ, and one simulated next state per (θ, transition)."""
+
+    theta: np.ndarray  # (K, dim) normalised parameters
+    state: np.ndarray  # (N, 28) s_{t-1}
+    action: np.ndarray  # (N, 14) a_{t-1}
+    next_state: np.ndarray  # (K, N, 28) simulated s_t
+    episode: np.ndarray  # (N,) episode index of each transition
+
+    def save(self, path: str | os.PathLike) -> None:
+        tmp = f"{path}.tmp.npz"
+        np.savez_compressed(tmp, theta=self.theta, state=self.state, action=self.action,
+                            next_state=self.next_state, episode=self.episode)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Transitions":
+        with np.load(path, allow_pickle=False) as f:
+            return cls(**{k: f[k] for k in ("theta", "state", "action", "next_state", "episode")})
+
+
+def episode_transitions(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(s_{t-1}, a_{t-1}, recorded s_t, episode index) over all episodes."""
+    s, a, s_next, ep = [], [], [], []
+    for e in episodes:
+        full = np.concatenate([e.state, e.velocity], axis=1)
+        s.append(full[:-1])
+        a.append(e.action[:-1])
+        s_next.append(full[1:])
+        ep.append(np.full(len(e.action) - 1, e.index))
+    return np.concatenate(s), np.concatenate(a), np.concatenate(s_next), np.concatenate(ep)
+
+
+class OneStepSimulator:
+    """The task's scene, put in a recorded state and stepped one control step, fast."""
+
+    def __init__(self, task: str, space: ParameterSpace):
+        self.task = make_task(task)
+        self.space = space
+        self.model, self.idx, self.handles = compile_scene(self.task, space.base)
+        self.data = mujoco.MjData(self.model)
+        fingers = self.idx.finger_actuators
+        self._ctrl_index = np.concatenate([self.idx.arm_actuators, fingers[:, 0], fingers[:, 1]])
+        self._ctrl_source = np.concatenate([layout.ARM_INDICES, layout.GRIPPER_INDICES, layout.GRIPPER_INDICES])
+        self._ctrl_sign = np.r_[np.ones(14), -np.ones(2)]
+        self._qpos_index = np.concatenate([self.idx.arm_qpos, self.idx.finger_qpos[:, 0], self.idx.finger_qpos[:, 1]])
+        self._dof_index = np.concatenate([self.idx.arm_dof, self.idx.finger_dof[:, 0], self.idx.finger_dof[:, 1]])
+
+    def set_theta(self, theta_u: np.ndarray) -> None:
+        apply_physics(self.model, self.space.to_physics(self.space.denormalise(theta_u)), self.handles)
+
+    def place(self, layout_poses: dict) -> None:
+        mujoco.mj_resetData(self.model, self.data)
+        if layout_poses:
+            self.task.place(self.model, self.data, {k: _layout_xyyaw(v) for k, v in layout_poses.items()})
+        self._object_qpos = self.data.qpos.copy()
+
+    def step(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Next state (28) from state ``s`` (28) under joint targets ``a`` (14)."""
+        d = self.data
+        d.qpos[:] = self._object_qpos
+        d.qvel[:] = 0.0
+        q, v = s[:14], s[14:]
+        d.qpos[self._qpos_index] = q[self._ctrl_source] * self._ctrl_sign
+        d.qvel[self._dof_index] = v[self._ctrl_source] * self._ctrl_sign
+        d.ctrl[self._ctrl_index] = a[self._ctrl_source] * self._ctrl_sign
+        d.qacc_warmstart[:] = 0.0
+        mujoco.mj_step(self.model, d, nstep=N_SUBSTEPS)
+        return np.concatenate([d.qpos[self.idx.joint_qpos], d.qvel[self.idx.joint_dof]])
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(task, space_dict, episodes_meta):
+    _WORKER["sim"] = OneStepSimulator(task, ParameterSpace.from_dict(space_dict))
+    _WORKER["meta"] = episodes_meta
+
+
+def _simulate_theta(args):
+    theta_u, state, action, episode = args
+    sim = _WORKER["sim"]
+    sim.set_theta(theta_u)
+    out = np.empty_like(state)
+    current = None
+    for i in range(len(state)):
+        if episode[i] != current:
+            current = episode[i]
+            sim.place(_WORKER["meta"].get(int(current), {}))
+        out[i] = sim.step(state[i], action[i])
+    return out
+
+
+def dataset_hash(episodes: list[Episode]) -> str:
+    h = hashlib.sha256()
+    for e in episodes:
+        for arr in (e.state, e.velocity, e.action):
+            h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpace, samples: int, *,
+                         seed: int = 0, workers: int | None = None, cache_dir: str | os.PathLike | None = None,
+                         progress: bool = True) -> Transitions:
+    """Stage 1 (see module docstring). ``workers`` defaults to the CPU count."""
+    from tqdm import tqdm
+
+    key = hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v1".encode()).hexdigest()[:20]
+    cache = Path(cache_dir) / f"transitions-{key}.npz" if cache_dir else None
+    if cache is not None and cache.exists():
+        return Transitions.load(cache)
+    state, action, _, episode = episode_transitions(episodes)
+    theta = space.sample(samples, seed=seed)
+    meta = {e.index: e.layout for e in episodes}
+    jobs = [(t, state, action, episode) for t in theta]
+    workers = max(1, min(workers or os.cpu_count() or 1, samples))
+    results = []
+    bar = tqdm(total=samples, desc="stage 1: simulating θ samples", unit="θ", disable=not progress)
+    if workers == 1:
+        _init_worker(task, space.to_dict(), meta)
+        for job in jobs:
+            results.append(_simulate_theta(job))
+            bar.update()
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")  # MuJoCo and torch state do not survive fork safely
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(task, space.to_dict(), meta)) as pool:
+            for r in pool.imap(_simulate_theta, jobs):
+                results.append(r)
+                bar.update()
+    bar.close()
+    out = Transitions(theta=theta, state=state, action=action, next_state=np.stack(results), episode=episode)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        out.save(cache)
+    return out
