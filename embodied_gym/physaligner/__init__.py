@@ -3,8 +3,9 @@
 Implemented so far: the parameter space (:mod:`.space`), the simulated one-step dataset
 (stage 1, :mod:`.transitions`), the differentiable surrogate (stage 2, :mod:`.surrogate`), and
 gradient refinement through differentiable forward kinematics (stage 3, :mod:`.refine`,
-:mod:`.fk`). The baselines (SA, CMA-ES, mujoco.sysid), the ``calibrate`` command, its report
-and the calibration benchmark come next.
+:mod:`.fk`), the open-loop replay objective every method is judged by (:mod:`.objective`), and
+the simulated-annealing and CMA-ES baselines (:mod:`.baselines`). The mujoco.sysid baseline, the
+``calibrate`` command with its result file and report, and the calibration benchmark come next.
 """
 
 from embodied_gym.physaligner.space import Parameter, ParameterSpace
