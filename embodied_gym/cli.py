@@ -117,6 +117,32 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    from embodied_gym.physaligner import ParameterSpace
+    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
+    from embodied_gym.physaligner.space import parameter_names
+
+    task = args.task or _task_from_sidecar(args.dataset)
+    frozen = []
+    if args.free:
+        unknown = [n for n in args.free if n not in parameter_names()]
+        if unknown:
+            raise SystemExit(f"embodied-gym: unknown parameter(s) {unknown}; e.g. kp.left_waist, damping.right_elbow, "
+                             f"gripper_kp")
+        frozen = [n for n in parameter_names() if n not in args.free]
+    space = ParameterSpace(frozen=frozen)
+    cfg = CalibrationConfig(method=args.method, samples=args.samples, surrogate_epochs=args.epochs,
+                            sa_steps=args.sa_steps, budget_s=args.budget, seed=args.seed, workers=args.workers,
+                            restarts=args.restarts, refine_steps=args.refine_steps)
+    r = calibrate(args.dataset, task, args.out, space, cfg)
+    b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
+    print(f"{args.method}: held-out TCP translation {b['translation_error_m'] * 100:.2f} -> "
+          f"{a['translation_error_m'] * 100:.2f} cm, rotation {b['rotation_error_rad']:.4f} -> "
+          f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
+          f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}")
+    return 0
+
+
 def _task_from_sidecar(root) -> str:
     from embodied_gym.data.features import SIDECAR
 
@@ -163,6 +189,22 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="runs/replay")
     rep.add_argument("--plot-episodes", type=int, default=3, help="episodes drawn in replay.png")
     rep.set_defaults(func=_cmd_replay)
+
+    cal = sub.add_parser("calibrate", help="calibrate the simulator's physics from a recorded dataset")
+    cal.add_argument("--dataset", required=True)
+    cal.add_argument("--task", help="task name (default: from the recording)")
+    cal.add_argument("--method", default="physaligner", choices=["physaligner", "sa", "cmaes"])
+    cal.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
+    cal.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
+    cal.add_argument("--samples", type=int, default=64, help="physaligner stage 1: θ samples")
+    cal.add_argument("--epochs", type=int, default=30, help="physaligner stage 2: surrogate epochs")
+    cal.add_argument("--restarts", type=int, default=4, help="physaligner stage 3: restarts")
+    cal.add_argument("--refine-steps", type=int, default=400, help="physaligner stage 3: Adam steps per restart")
+    cal.add_argument("--sa-steps", type=int, default=2000)
+    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (sa, cmaes)")
+    cal.add_argument("--seed", type=int, default=0)
+    cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
+    cal.set_defaults(func=_cmd_calibrate)
     return p
 
 

@@ -182,3 +182,32 @@ def test_baselines_improve_on_nominal(shifted_gains, method):
     budget = simulated_annealing(obj, start, steps=10_000, budget_s=0.5)
     assert budget.evaluations < 10_000
     obj.close()
+
+
+@pytest.mark.parametrize("method", ["physaligner", "sa", "cmaes"])
+def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, tmp_path, method):
+    import json
+
+    from embodied_gym.cli import main
+
+    space, truth, eps = shifted_gains
+    root = tmp_path / "data"
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
+                   max_episode_steps=40)
+    record(env, embodied_gym.make_expert(env), root, 2, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    out = tmp_path / "result.json"
+    args = ["calibrate", "--dataset", str(root), "--method", method, "--out", str(out), "--free",
+            "kp.right_shoulder", "kp.right_elbow", "--samples", "8", "--epochs", "3", "--sa-steps", "4",
+            "--budget", "3", "--workers", "1", "--restarts", "1", "--refine-steps", "20"]
+    assert main(args) == 0
+    result = json.loads(out.read_text())
+    assert result["method"] == method and set(result["calibrated"]) == {"kp.right_shoulder", "kp.right_elbow"}
+    assert result["dataset"]["held_out_episodes"] and result["wall_time_s"]["total"] > 0
+    sim = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=str(out))
+    got = sim.unwrapped.physics.kp[6 + 1:6 + 3]
+    np.testing.assert_allclose(got, [result["calibrated"]["kp.right_shoulder"], result["calibrated"]["kp.right_elbow"]])
+    if method == "physaligner":  # a rerun resumes from the cached stage-1 dataset and surrogate
+        work = tmp_path / "result.json.work"
+        assert list(work.glob("transitions-*.npz")) and list(work.glob("surrogate-*/surrogate.safetensors"))
+        assert main(args) == 0
