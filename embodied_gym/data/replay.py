@@ -19,6 +19,7 @@ import numpy as np
 
 from embodied_gym.data.features import SIDECAR
 from embodied_gym.envs import robot as layout
+from embodied_gym.envs.tasks import layout_from_poses
 from embodied_gym.metrics import ee_errors
 
 _REQUIRED = ("observation.state", "observation.velocity", "observation.ee_pose", "action")
@@ -115,7 +116,7 @@ def replay_episode(episode: Episode, task: str, physics=None, env: gym.Env | Non
         raise ValueError("replay needs an env with control_mode='joint_pos' (recorded actions are joint targets)")
     if physics is not None and not own:
         u.set_physics(physics)
-    options = {"layout": {k: _layout_xyyaw(v) for k, v in episode.layout.items()}} if episode.layout else None
+    options = {"layout": layout_from_poses(episode.layout)} if episode.layout else None
     u.reset(seed=episode.seed if episode.seed is not None else 0, options=options)
     u.set_joint_state(episode.state[0], episode.velocity[0])
     T = len(episode.action)
@@ -131,12 +132,6 @@ def replay_episode(episode: Episode, task: str, physics=None, env: gym.Env | Non
     rmse = np.sqrt(np.mean((sim_q[:, arm] - real_q[:, arm]) ** 2, axis=1))
     trans, rot = ee_errors(sim_ee, real_ee)
     return ReplayResult(episode.index, real_q, sim_q, real_ee, sim_ee, rmse, trans, rot)
-
-
-def _layout_xyyaw(pose) -> np.ndarray:
-    """(x, y, yaw) of a recorded [x, y, z, qw, qx, qy, qz] object pose."""
-    x, y, _, w, qx, qy, qz = pose
-    return np.array([x, y, np.arctan2(2 * (w * qz + qx * qy), 1 - 2 * (qy * qy + qz * qz))])
 
 
 def plot_replay(results: list[ReplayResult], path: str | os.PathLike, labels: list[str] | None = None) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from embodied_gym.envs import robot, spaces as sp
 from embodied_gym.envs.kinematics import ArmKinematics, horizontal_rotation, rotation_error, top_down_rotation
-from embodied_gym.envs.tasks import (CUP_HEIGHT, CUP_RADIUS, MAT_HALF, PEN_HALF_LENGTH, PEN_RADIUS,
+from embodied_gym.envs.tasks import (CUP_HEIGHT, CUP_RADIUS, MAT_HALF, PEN_HALF_LENGTH, PEN_RADIUS, quat_yaw,
                                      REMOTE_HALF)
 
 # Inner face of a finger pad sits this far inside the finger's rail position (measured on the mesh).
@@ -53,11 +53,6 @@ def _slerp_rot(r0: np.ndarray, r1: np.ndarray, s: float) -> np.ndarray:
     a = s * angle
     kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
     return (np.eye(3) + math.sin(a) * kx + (1 - math.cos(a)) * kx @ kx) @ r0
-
-
-def _yaw(quat: np.ndarray) -> float:
-    w, x, y, z = quat
-    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
 def _closest_yaw(yaw: float, reference: float) -> float:
@@ -114,7 +109,7 @@ class ScriptedExpert:
         self.arm = 1
         if name == "PenInCup":
             pen, cup = poses["pen"], poses["pencup"]
-            pen_yaw = _yaw(pen[3:])
+            pen_yaw = quat_yaw(pen[3:])
             closing = _closest_yaw(pen_yaw + math.pi / 2, self._natural_closing_yaw(1, pen[:2]))
             grasp_z = 2 * PEN_RADIUS + _FINGERTIP_BELOW_TCP - 0.009
             wps = self._pick(1, pen[:2], grasp_z, closing, grip_command(PEN_RADIUS, 0.004), 0.25)
@@ -146,11 +141,11 @@ class ScriptedExpert:
             ]
         if name == "RemoteInBox":
             remote, box = poses["remote"], poses["box"]
-            closing = _closest_yaw(_yaw(remote[3:]) + math.pi / 2, self._natural_closing_yaw(1, remote[:2]))
+            closing = _closest_yaw(quat_yaw(remote[3:]) + math.pi / 2, self._natural_closing_yaw(1, remote[:2]))
             grasp_z = 2 * REMOTE_HALF[2] + _FINGERTIP_BELOW_TCP - 0.018
             lift_z = 0.19
             wps = self._pick(1, remote[:2], grasp_z, closing, grip_command(REMOTE_HALF[1], 0.006), lift_z)
-            place_yaw = _closest_yaw(_yaw(box[3:]) + math.pi / 2, closing)
+            place_yaw = _closest_yaw(quat_yaw(box[3:]) + math.pi / 2, closing)
             rot = top_down_rotation(place_yaw)
             g = wps[-1].grip
             low = np.array([*box[:2], 0.006 + 0.012 + grasp_z])

@@ -32,6 +32,17 @@ def yaw_quat(yaw: float) -> np.ndarray:
     return np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
 
 
+def quat_yaw(quat) -> float:
+    """Rotation about the vertical of a (w, x, y, z) quaternion."""
+    w, x, y, z = quat
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def layout_from_poses(poses: dict) -> dict[str, np.ndarray]:
+    """``{object: (x, y, yaw)}`` from recorded ``{object: [x, y, z, qw, qx, qy, qz]}`` poses."""
+    return {k: np.array([p[0], p[1], quat_yaw(p[3:7])]) for k, p in poses.items()}
+
+
 def _body_frame(data: mujoco.MjData, body: int) -> tuple[np.ndarray, np.ndarray]:
     return data.xpos[body].copy(), data.xmat[body].reshape(3, 3).copy()
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from embodied_gym.data.replay import Episode, _layout_xyyaw
+from embodied_gym.data.replay import Episode
 from embodied_gym.envs import robot as layout
 from embodied_gym.envs.physics import apply_physics
 from embodied_gym.envs.scene import N_SUBSTEPS, compile_scene
-from embodied_gym.envs.tasks import make_task
+from embodied_gym.envs.tasks import layout_from_poses, make_task
 from embodied_gym.physaligner.space import ParameterSpace
 
 STATE_DIM = 28
@@ -87,7 +87,7 @@ class OneStepSimulator:
     def place(self, layout_poses: dict) -> None:
         mujoco.mj_resetData(self.model, self.data)
         if layout_poses:
-            self.task.place(self.model, self.data, {k: _layout_xyyaw(v) for k, v in layout_poses.items()})
+            self.task.place(self.model, self.data, layout_from_poses(layout_poses))
         self._object_qpos = self.data.qpos.copy()
 
     def step(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
