@@ -132,14 +132,22 @@ def _cmd_calibrate(args) -> int:
         frozen = [n for n in parameter_names() if n not in args.free]
     space = ParameterSpace(frozen=frozen)
     cfg = CalibrationConfig(method=args.method, samples=args.samples, surrogate_epochs=args.epochs,
-                            sa_steps=args.sa_steps, budget_s=args.budget, seed=args.seed, workers=args.workers,
-                            restarts=args.restarts, refine_steps=args.refine_steps)
-    r = calibrate(args.dataset, task, args.out, space, cfg)
+                            sa_steps=args.sa_steps, cmaes_evaluations=args.cmaes_evaluations,
+                            sysid_iterations=args.sysid_iterations, budget_s=args.budget, seed=args.seed,
+                            workers=args.workers, restarts=args.restarts, refine_steps=args.refine_steps,
+                            backend=args.backend, ray_address=args.ray_address)
+    try:
+        r = calibrate(args.dataset, task, args.out, space, cfg)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"embodied-gym calibrate: {e}") from None
     b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
     print(f"{args.method}: held-out TCP translation {b['translation_error_m'] * 100:.2f} -> "
           f"{a['translation_error_m'] * 100:.2f} cm, rotation {b['rotation_error_rad']:.4f} -> "
           f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
-          f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}")
+          f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}, report: "
+          f"{os.path.splitext(args.out)[0]}.report.md")
+    if r["unconstrained"]:
+        print(f"not constrained by this data: {', '.join(r['unconstrained'])} (see the report)")
     return 0
 
 
@@ -157,6 +165,8 @@ def _task_from_sidecar(root) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from embodied_gym.physaligner.calibrate import METHODS, RECOMMENDED
+
     p = argparse.ArgumentParser(prog="embodied-gym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run every task's scripted expert, save a video per task, print success")
@@ -193,15 +203,21 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="calibrate the simulator's physics from a recorded dataset")
     cal.add_argument("--dataset", required=True)
     cal.add_argument("--task", help="task name (default: from the recording)")
-    cal.add_argument("--method", default="physaligner", choices=["physaligner", "sa", "cmaes"])
+    cal.add_argument("--method", default=RECOMMENDED, choices=list(METHODS),
+                     help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
     cal.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
     cal.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
     cal.add_argument("--samples", type=int, default=64, help="physaligner stage 1: θ samples")
     cal.add_argument("--epochs", type=int, default=30, help="physaligner stage 2: surrogate epochs")
     cal.add_argument("--restarts", type=int, default=4, help="physaligner stage 3: restarts")
     cal.add_argument("--refine-steps", type=int, default=400, help="physaligner stage 3: Adam steps per restart")
-    cal.add_argument("--sa-steps", type=int, default=2000)
-    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (sa, cmaes)")
+    cal.add_argument("--backend", default="processes", choices=["processes", "ray"],
+                     help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')")
+    cal.add_argument("--ray-address", help="Ray cluster address for --backend ray (default: a local Ray)")
+    cal.add_argument("--sa-steps", type=int, default=2000, help="sa: annealing steps (SimplerEnv: 2000)")
+    cal.add_argument("--cmaes-evaluations", type=int, default=2000, help="cmaes: objective evaluations")
+    cal.add_argument("--sysid-iterations", type=int, default=20, help="sysid: Gauss-Newton iterations")
+    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (sa, cmaes, sysid)")
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
     cal.set_defaults(func=_cmd_calibrate)

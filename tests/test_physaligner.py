@@ -1,4 +1,4 @@
-"""PhysAligner groundwork: parameter space, stage-1 transitions, stage-2 surrogate."""
+"""PhysAligner: parameter space, the three stages, the baselines, the calibrate CLI and its report."""
 
 import gymnasium as gym
 import numpy as np
@@ -164,9 +164,9 @@ def test_replay_objective_is_zero_at_the_truth(shifted_gains):
     obj.close()
 
 
-@pytest.mark.parametrize("method", ["sa", "cmaes"])
+@pytest.mark.parametrize("method", ["sa", "cmaes", "sysid"])
 def test_baselines_improve_on_nominal(shifted_gains, method):
-    from embodied_gym.physaligner.baselines import cma_es, simulated_annealing
+    from embodied_gym.physaligner.baselines import cma_es, mujoco_sysid, simulated_annealing
     from embodied_gym.physaligner.objective import ReplayObjective
 
     space, truth, eps = shifted_gains
@@ -175,8 +175,12 @@ def test_baselines_improve_on_nominal(shifted_gains, method):
     nominal = obj(start)
     if method == "sa":
         res = simulated_annealing(obj, start, steps=30, seed=0)
-    else:
+    elif method == "cmaes":
         res = cma_es(obj, start, max_evaluations=40, seed=0)
+    else:  # Gauss-Newton on the least-squares form of the same replay; its value is ‖r‖², so re-score
+        res = mujoco_sysid(obj.residuals, start, space.names, max_iterations=5)
+        np.testing.assert_allclose(space.denormalise(res.theta), truth, rtol=0.02)
+        res.value = obj(res.theta)
     assert res.value < 0.5 * nominal
     assert [h[2] for h in res.history] == sorted((h[2] for h in res.history), reverse=True)  # best never worsens
     budget = simulated_annealing(obj, start, steps=10_000, budget_s=0.5)
@@ -184,7 +188,7 @@ def test_baselines_improve_on_nominal(shifted_gains, method):
     obj.close()
 
 
-@pytest.mark.parametrize("method", ["physaligner", "sa", "cmaes"])
+@pytest.mark.parametrize("method", ["physaligner", "sa", "cmaes", "sysid"])
 def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, tmp_path, method):
     import json
 
@@ -199,7 +203,7 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, tmp_path, meth
     out = tmp_path / "result.json"
     args = ["calibrate", "--dataset", str(root), "--method", method, "--out", str(out), "--free",
             "kp.right_shoulder", "kp.right_elbow", "--samples", "8", "--epochs", "3", "--sa-steps", "4",
-            "--budget", "3", "--workers", "1", "--restarts", "1", "--refine-steps", "20"]
+            "--budget", "3", "--workers", "1", "--restarts", "2", "--refine-steps", "20", "--sysid-iterations", "2"]
     assert main(args) == 0
     result = json.loads(out.read_text())
     assert result["method"] == method and set(result["calibrated"]) == {"kp.right_shoulder", "kp.right_elbow"}
@@ -207,7 +211,28 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, tmp_path, meth
     sim = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=str(out))
     got = sim.unwrapped.physics.kp[6 + 1:6 + 3]
     np.testing.assert_allclose(got, [result["calibrated"]["kp.right_shoulder"], result["calibrated"]["kp.right_elbow"]])
+    report = (tmp_path / "result.report.md").read_text()
+    assert "| kp.right_shoulder |" in report and "Held-out open-loop replay error" in report
+    for png in ("paths", "loss", "error_vs_time"):
+        assert (tmp_path / f"result.{png}.png").stat().st_size > 10_000
     if method == "physaligner":  # a rerun resumes from the cached stage-1 dataset and surrogate
         work = tmp_path / "result.json.work"
         assert list(work.glob("transitions-*.npz")) and list(work.glob("surrogate-*/surrogate.safetensors"))
         assert main(args) == 0
+
+
+def test_stage1_on_ray_matches_processes(episodes, tmp_path):
+    pytest.importorskip("ray")
+    space = ParameterSpace(frozen=only(["kp.right_elbow"]))
+    local = simulate_transitions(episodes[:1], "PickCup", space, 2, workers=1, progress=False)
+    on_ray = simulate_transitions(episodes[:1], "PickCup", space, 2, workers=1, progress=False, backend="ray")
+    np.testing.assert_allclose(on_ray.next_state, local.next_state)
+    with pytest.raises(ValueError, match="backend"):
+        simulate_transitions(episodes[:1], "PickCup", space, 2, backend="dask")
+
+
+def test_unconstrained_parameters_are_named():
+    from embodied_gym.physaligner.calibrate import unconstrained
+
+    assert unconstrained(["a", "b"], np.array([10.0, 1e-6]), loss=1.0) == ["b"]
+    assert unconstrained(["a"], None, None) is None

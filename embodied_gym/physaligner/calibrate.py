@@ -1,11 +1,17 @@
-"""One calibration run, any method, one result file.
+"""One calibration run, any method, one result file and a report beside it.
 
 :func:`calibrate` splits the dataset's episodes into fit and held-out sets, runs the chosen
 method on the fit episodes and writes a result JSON that ``gym.make(id, physics="result.json")``
 and ``embodied-gym replay --physics`` read directly: values, bounds, frozen set, method, the
 dataset (path and content hash), held-out errors before and after (open-loop replay), wall time
-per stage and the package version. PhysAligner's stages are checkpointed in ``<out>.work/``
-(the stage-1 cache and the surrogate), so a killed run resumes from the finished stage.
+per stage, per-parameter uncertainty where the method gives one, the parameters the data does not
+constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
+beside it. PhysAligner's stages are checkpointed in ``<out>.work/`` (the stage-1 cache and the
+surrogate), so a killed run resumes from the finished stage.
+
+Methods: ``physaligner`` (the paper's three stages), ``sysid`` (``mujoco.sysid``'s Gauss-Newton),
+``cmaes`` and ``sa`` (SimplerEnv's simulated annealing). ``RECOMMENDED`` is the method the
+calibration benchmark (``benchmarks/calibration.py``) found best on the stand-in robot.
 """
 
 from __future__ import annotations
@@ -13,35 +19,169 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from embodied_gym.data.replay import load_episodes
+from embodied_gym.data.replay import Episode, load_episodes
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
 
-METHODS = ("physaligner", "sa", "cmaes")
+METHODS = ("physaligner", "sysid", "cmaes", "sa")
+RECOMMENDED = "physaligner"
+
+# A parameter counts as unconstrained by the data when moving it by 10 % of its (normalised) box
+# raises the fit loss by less than 1 % (second-order estimate from the loss curvature).
+_PROBE_STEP = 0.1
+_PROBE_RISE = 0.01
 
 
 @dataclass
 class CalibrationConfig:
-    method: str = "physaligner"
+    method: str = RECOMMENDED
     held_out: float = 0.2  # fraction of episodes kept for evaluation
-    samples: int = 64  # stage 1: θ samples
+    samples: int = 64  # physaligner stage 1: θ samples
     surrogate_epochs: int = 30
     restarts: int = 4
     refine_steps: int = 400
     sa_steps: int = 2000
     cmaes_evaluations: int = 2000
-    budget_s: float | None = None  # wall-time budget of the search (sa, cmaes)
+    sysid_iterations: int = 20
+    budget_s: float | None = None  # wall-time budget of the search (sa, cmaes, sysid)
     workers: int | None = None
+    backend: str = "processes"  # physaligner stage 1: "processes" or "ray"
+    ray_address: str | None = None
     seed: int = 0
 
 
+@dataclass
+class MethodOutput:
+    theta: np.ndarray  # normalised
+    times: dict[str, float]
+    history: list[tuple[int, float, float]] = field(default_factory=list)  # (evaluation, s, best fit loss)
+    snapshots: list[tuple[float, list[float]]] = field(default_factory=list)  # (s, best θ so far, normalised)
+    std_u: np.ndarray | None = None  # per-parameter uncertainty on the normalised scale
+    curvature: np.ndarray | None = None  # diagonal of the fit loss's Hessian (normalised scale)
+    loss: float | None = None  # fit loss at theta, in the curvature's units
+    logs: dict = field(default_factory=dict)
+
+
+def split_episodes(episodes: list[Episode], held_out: float, seed: int) -> tuple[list[Episode], list[Episode]]:
+    """(fit, held out), held out a seeded random ``held_out`` fraction (at least one episode)."""
+    if len(episodes) < 2:
+        raise ValueError(f"the dataset has {len(episodes)} episode(s); calibration needs at least 2 (fit + held out)")
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    n_held = min(len(episodes) - 1, max(1, int(round(held_out * len(episodes)))))
+    held = [episodes[i] for i in sorted(order[:n_held])]
+    fit = [episodes[i] for i in sorted(order[n_held:])]
+    return fit, held
+
+
+def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -> MethodOutput:
+    import torch
+
+    from embodied_gym.physaligner.fk import ArmFK
+    from embodied_gym.physaligner.refine import RefineConfig, refine, trajectory_loss
+    from embodied_gym.physaligner.surrogate import Surrogate, SurrogateTrainConfig, train_surrogate
+    from embodied_gym.physaligner.transitions import OneStepSimulator, episode_transitions, simulate_transitions
+
+    times = {}
+    t = time.perf_counter()
+    transitions = simulate_transitions(fit, task, space, cfg.samples, seed=cfg.seed, workers=cfg.workers,
+                                       cache_dir=work, progress=progress, backend=cfg.backend,
+                                       ray_address=cfg.ray_address)
+    times["stage1_dataset_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    key = f"surrogate-{space.fingerprint()}-{dataset_hash(fit)[:12]}-{cfg.samples}-{cfg.surrogate_epochs}-{cfg.seed}"
+    if (work / key / "surrogate.json").exists():
+        surrogate = Surrogate.from_pretrained(work / key)
+        log = json.loads((work / key / "log.json").read_text())
+    else:
+        surrogate, log = train_surrogate(transitions, train=SurrogateTrainConfig(epochs=cfg.surrogate_epochs,
+                                                                                 seed=cfg.seed), progress=progress)
+        tmp = work / f"{key}.tmp"
+        surrogate.save_pretrained(tmp)
+        (tmp / "log.json").write_text(json.dumps(log))
+        os.replace(tmp, work / key)  # the folder appears whole or not at all
+    times["stage2_surrogate_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    s, a, s_next, _ = episode_transitions(fit)
+    sim = OneStepSimulator(task, space)
+    fk = ArmFK(sim.model, sim.idx)
+    rcfg = RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, seed=cfg.seed)
+    result = refine(surrogate, fk, space, s, a, s_next, rcfg)
+    times["stage3_refine_s"] = time.perf_counter() - t
+    # θ is only known at the end of stage 3: before that the best guess is the start.
+    snapshots = [(0.0, list(start)), (sum(times.values()), result.theta.tolist())]
+
+    # Uncertainty: spread of the restarts that reached (nearly) the best loss; curvature of the
+    # surrogate loss at the solution tells which parameters the data pins down.
+    good = [r for r in result.restarts if r["val_loss"] <= 1.1 * result.val_loss]
+    std_u = np.std([r["theta"] for r in good], axis=0) if len(good) > 1 else None
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+    sub = np.random.default_rng(cfg.seed).permutation(len(s))[:4096]
+    S, A, T = as_t(s[sub]), as_t(a[sub]), as_t(s_next[sub]).to(torch.float64)
+
+    def loss_fn(theta):
+        pred = surrogate(theta.to(torch.float32).expand(len(S), -1), S, A).to(torch.float64)
+        return trajectory_loss(pred, T, fk, rcfg)
+
+    theta_t = torch.as_tensor(result.theta, dtype=torch.float64)
+    hessian = torch.autograd.functional.hessian(loss_fn, theta_t).detach().numpy()
+    loss = float(loss_fn(theta_t))
+    return MethodOutput(result.theta, times, snapshots=snapshots, std_u=std_u, curvature=np.diag(hessian), loss=loss,
+                        logs={"surrogate": log, "refine_curves": [r["curve"] for r in result.restarts]})
+
+
+def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:
+    from embodied_gym.physaligner.baselines import cma_es, mujoco_sysid, simulated_annealing
+    from embodied_gym.physaligner.objective import ReplayObjective
+
+    objective = ReplayObjective(fit, task, space)
+    t = time.perf_counter()
+    std_u = curvature = loss = None
+    if cfg.method == "sa":
+        res = simulated_annealing(objective, start, steps=cfg.sa_steps, seed=cfg.seed, budget_s=cfg.budget_s,
+                                  progress=progress)
+    elif cfg.method == "cmaes":
+        res = cma_es(objective, start, max_evaluations=cfg.cmaes_evaluations, seed=cfg.seed, budget_s=cfg.budget_s,
+                     progress=progress)
+        std_u = res.std
+    else:
+        res = mujoco_sysid(objective.residuals, start, space.names, max_iterations=cfg.sysid_iterations,
+                           budget_s=cfg.budget_s, progress=progress)
+        if res.jacobian is not None:
+            # Gauss-Newton's view of the loss ‖r‖²: Hessian ≈ 2 JᵀJ, covariance ≈ σ² (JᵀJ)⁻¹.
+            jtj = res.jacobian.T @ res.jacobian
+            curvature, loss = 2 * np.diag(jtj), res.value
+            dof = max(1, res.jacobian.shape[0] - res.jacobian.shape[1])
+            std_u = np.sqrt(np.clip(np.diag(np.linalg.pinv(jtj)) * res.value / dof, 0, None))
+    objective.close()
+    return MethodOutput(res.theta, {"search_s": time.perf_counter() - t}, history=res.history,
+                        snapshots=_thin(res.snapshots), std_u=std_u,
+                        curvature=curvature, loss=loss, logs={"evaluations": res.evaluations})
+
+
+def _thin(snapshots: list, keep: int = 24) -> list:
+    """At most ``keep`` snapshots, spread evenly in time, always with the first and the last."""
+    if len(snapshots) <= keep:
+        return list(snapshots)
+    times = np.array([s[0] for s in snapshots])
+    picks = {int(np.searchsorted(times, t)) for t in np.linspace(times[0], times[-1], keep)}
+    return [snapshots[i] for i in sorted(picks | {0, len(snapshots) - 1}) if i < len(snapshots)]
+
+
+def unconstrained(names: list[str], curvature: np.ndarray | None, loss: float | None) -> list[str] | None:
+    """Parameters whose 10 %-of-box move raises the fit loss by < 1 % (None when unknown)."""
+    if curvature is None or loss is None:
+        return None
+    rise = 0.5 * np.abs(curvature) * _PROBE_STEP ** 2
+    return [n for n, r in zip(names, rise) if r < _PROBE_RISE * max(loss, 1e-12)]
+
+
 def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, space: ParameterSpace | None = None,
-              config: CalibrationConfig | None = None, progress: bool = True) -> dict:
+              config: CalibrationConfig | None = None, progress: bool = True, report: bool = True) -> dict:
     import embodied_gym
     from embodied_gym.physaligner.objective import ReplayObjective
 
@@ -53,78 +193,55 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
     work = out.with_name(out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
     episodes = load_episodes(dataset)
-    if len(episodes) < 2:
-        raise ValueError(f"{dataset} has {len(episodes)} episode(s); calibration needs at least 2 (fit + held out)")
-    order = np.random.default_rng(cfg.seed).permutation(len(episodes))
-    n_held = max(1, int(round(cfg.held_out * len(episodes))))
-    held = [episodes[i] for i in sorted(order[:n_held])]
-    fit = [episodes[i] for i in sorted(order[n_held:])]
+    fit, held = split_episodes(episodes, cfg.held_out, cfg.seed)
     start = space.normalise(space.values_of(space.base))
-    times: dict[str, float] = {}
 
     if cfg.method == "physaligner":
-        from embodied_gym.physaligner.fk import ArmFK
-        from embodied_gym.physaligner.refine import RefineConfig, refine
-        from embodied_gym.physaligner.surrogate import Surrogate, SurrogateTrainConfig, train_surrogate
-        from embodied_gym.physaligner.transitions import OneStepSimulator, episode_transitions, simulate_transitions
-
-        t = time.perf_counter()
-        transitions = simulate_transitions(fit, task, space, cfg.samples, seed=cfg.seed, workers=cfg.workers,
-                                           cache_dir=work, progress=progress)
-        times["stage1_dataset_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        key = f"surrogate-{space.fingerprint()}-{cfg.samples}-{cfg.surrogate_epochs}-{cfg.seed}"
-        if (work / key / "surrogate.json").exists():
-            surrogate = Surrogate.from_pretrained(work / key)
-        else:
-            surrogate, log = train_surrogate(transitions, train=SurrogateTrainConfig(epochs=cfg.surrogate_epochs,
-                                                                                     seed=cfg.seed), progress=progress)
-            surrogate.save_pretrained(work / key)
-            (work / key / "log.json").write_text(json.dumps(log))
-        times["stage2_surrogate_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        s, a, s_next, _ = episode_transitions(fit)
-        sim = OneStepSimulator(task, space)
-        result = refine(surrogate, ArmFK(sim.model, sim.idx), space, s, a, s_next,
-                        RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, seed=cfg.seed))
-        theta = result.theta
-        spread = np.std([space.denormalise(np.asarray(r["theta"])) for r in result.restarts], axis=0)
-        times["stage3_refine_s"] = time.perf_counter() - t
+        res = _run_physaligner(fit, task, space, start, cfg, work, progress)
     else:
-        from embodied_gym.physaligner.baselines import cma_es, simulated_annealing
+        res = _run_search(fit, task, space, start, cfg, progress)
+    t_total = sum(res.times.values())
 
-        objective = ReplayObjective(fit, task, space)
-        t = time.perf_counter()
-        if cfg.method == "sa":
-            res = simulated_annealing(objective, start, steps=cfg.sa_steps, seed=cfg.seed, budget_s=cfg.budget_s,
-                                      progress=progress)
-        else:
-            res = cma_es(objective, start, max_evaluations=cfg.cmaes_evaluations, seed=cfg.seed,
-                         budget_s=cfg.budget_s)
-        objective.close()
-        theta, spread = res.theta, None
-        times["search_s"] = time.perf_counter() - t
-
+    t = time.perf_counter()
     evaluate = ReplayObjective(held, task, space)
-    before, after = evaluate.errors(start), evaluate.errors(theta)
+    before, after = evaluate.errors(start), evaluate.errors(res.theta)
     evaluate.close()
-    values = space.denormalise(theta)
+    evaluation_s = time.perf_counter() - t
+    values = space.denormalise(res.theta)
     physics = space.to_physics(values)
+    std = None
+    if res.std_u is not None:  # normalised spread -> physical units through the local slope of the scaling
+        slope = (space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1)))
+        step = np.clip(res.theta + 1e-4, 0, 1) - np.clip(res.theta - 1e-4, 0, 1)
+        std = dict(zip(space.names, (np.abs(slope / step) * res.std_u).tolist()))
     result_json = {
         "values": physics.to_dict(),
         "calibrated": dict(zip(space.names, values.tolist())),
+        "nominal": dict(zip(space.names, space.values_of(space.base).tolist())),
         "bounds": {p.name: [p.low, p.high] for p in space.params},
         "frozen": list(space.frozen),
         "method": cfg.method,
-        "config": {k: v for k, v in cfg.__dict__.items()},
+        "task": task,
+        "config": asdict(cfg),
         "dataset": {"path": str(Path(dataset).resolve()), "sha256": dataset_hash(episodes),
                     "fit_episodes": [e.index for e in fit], "held_out_episodes": [e.index for e in held]},
         "held_out_errors": {"before": before, "after": after},
-        "wall_time_s": dict(times, total=sum(times.values())),
-        "spread_over_restarts": dict(zip(space.names, spread.tolist())) if spread is not None else None,
+        "wall_time_s": dict(res.times, total=t_total, held_out_evaluation=evaluation_s),
+        "uncertainty": std,
+        "uncertainty_kind": {"physaligner": "std over restarts that reached the best loss",
+                             "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
+                             "cmaes": "CMA-ES final standard deviations", "sa": None}[cfg.method],
+        "unconstrained": unconstrained(space.names, res.curvature, res.loss),
+        "search_history": [list(h) for h in res.history],
+        "snapshots": [[t_, list(map(float, th))] for t_, th in res.snapshots],
+        "logs": res.logs,
         "package_version": embodied_gym.__version__,
     }
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result_json, indent=2))
     os.replace(tmp, out)
+    if report:
+        from embodied_gym.physaligner.report import write_report
+
+        write_report(result_json, out, held)
     return result_json

@@ -13,6 +13,7 @@ import numpy as np
 
 import embodied_gym
 from embodied_gym.data.replay import Episode, replay_episode
+from embodied_gym.metrics import quat_to_mat
 from embodied_gym.physaligner.space import ParameterSpace
 
 
@@ -27,16 +28,32 @@ class ReplayObjective:
         self.task = task
         self.evaluations = 0
 
-    def errors(self, theta_u: np.ndarray) -> dict[str, float]:
+    def replays(self, theta_u: np.ndarray):
         physics = self.space.to_physics(self.space.denormalise(theta_u))
-        rows = [replay_episode(ep, self.task, physics=physics, env=self.env).summary() for ep in self.episodes]
         self.evaluations += 1
+        return [replay_episode(ep, self.task, physics=physics, env=self.env) for ep in self.episodes]
+
+    def errors(self, theta_u: np.ndarray) -> dict[str, float]:
+        rows = [r.summary() for r in self.replays(theta_u)]
         return {k: float(np.mean([r[k] for r in rows]))
                 for k in ("translation_error_m", "rotation_error_rad", "joint_rmse_rad")}
 
     def __call__(self, theta_u: np.ndarray) -> float:
         e = self.errors(theta_u)
         return e["translation_error_m"] + e["rotation_error_rad"]
+
+    def residuals(self, theta_u: np.ndarray) -> np.ndarray:
+        """Least-squares form for Gauss-Newton methods: per step and arm, the TCP position difference (m)
+        and the rotation-matrix difference / √8 (whose squared norm is sin²(θ/2), the smooth rotation
+        term of SPEC §1), scaled so that the squared norm is a mean over steps and episodes."""
+        parts = []
+        for r in self.replays(theta_u):
+            sim, real = r.sim_ee.reshape(-1, 2, 7), r.real_ee.reshape(-1, 2, 7)
+            dp = sim[..., :3] - real[..., :3]
+            dr = (quat_to_mat(sim[..., 3:]) - quat_to_mat(real[..., 3:])) / np.sqrt(8.0)
+            parts.append(np.concatenate([dp.reshape(len(dp), -1), dr.reshape(len(dr), -1)], axis=1).ravel())
+        n_steps = sum(len(ep.action) - 1 for ep in self.episodes)
+        return np.concatenate(parts) / np.sqrt(n_steps)
 
     def close(self) -> None:
         self.env.close()

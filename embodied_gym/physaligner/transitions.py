@@ -134,10 +134,52 @@ def dataset_hash(episodes: list[Episode]) -> str:
     return h.hexdigest()
 
 
+def _ray_simulate_theta(init_args, theta_u, state, action, episode):
+    # One simulator per Ray worker process, built on first use (Ray reuses worker processes).
+    if _WORKER.get("init") != init_args[:2]:
+        _init_worker(*init_args)
+        _WORKER["init"] = init_args[:2]
+    return _simulate_theta((theta_u, state, action, episode))
+
+
+def _run_on_ray(jobs, init_args, workers: int, address: str | None, bar) -> list[np.ndarray]:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("backend='ray' needs Ray: pip install 'embodied-gym[ray]'") from None
+    started = not ray.is_initialized()
+    if started:
+        # Local by default (no dashboard, no network beyond localhost); a cluster when an address is given.
+        kwargs = {"address": address} if address else {"num_cpus": workers, "include_dashboard": False}
+        ray.init(log_to_driver=False, **kwargs)
+    try:
+        remote = ray.remote(_ray_simulate_theta)
+        init_ref = ray.put(init_args)
+        _, state, action, episode = jobs[0]
+        shared = [ray.put(state), ray.put(action), ray.put(episode)]
+        # Ray resolves object refs only when they are top-level arguments.
+        pending = {remote.remote(init_ref, theta, *shared): i for i, (theta, *_rest) in enumerate(jobs)}
+        results: list = [None] * len(jobs)
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                results[pending.pop(ref)] = ray.get(ref)
+                bar.update()
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpace, samples: int, *,
                          seed: int = 0, workers: int | None = None, cache_dir: str | os.PathLike | None = None,
-                         progress: bool = True) -> Transitions:
-    """Stage 1 (see module docstring). ``workers`` defaults to the CPU count."""
+                         progress: bool = True, backend: str = "processes",
+                         ray_address: str | None = None) -> Transitions:
+    """Stage 1 (see module docstring). ``workers`` defaults to the CPU count. ``backend='ray'`` runs the
+    same jobs as Ray tasks: on a local Ray instance by default, on a cluster when ``ray_address`` is given
+    (the cluster's workers need embodied-gym installed)."""
+    if backend not in ("processes", "ray"):
+        raise ValueError(f"unknown stage-1 backend {backend!r}; valid: 'processes', 'ray'")
     from tqdm import tqdm
 
     key = hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v1".encode()).hexdigest()[:20]
@@ -151,7 +193,9 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
     workers = max(1, min(workers or os.cpu_count() or 1, samples))
     results = []
     bar = tqdm(total=samples, desc="stage 1: simulating θ samples", unit="θ", disable=not progress)
-    if workers == 1:
+    if backend == "ray":
+        results = _run_on_ray(jobs, (task, space.to_dict(), meta), workers, ray_address, bar)
+    elif workers == 1:
         _init_worker(task, space.to_dict(), meta)
         for job in jobs:
             results.append(_simulate_theta(job))
