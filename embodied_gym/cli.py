@@ -10,6 +10,28 @@ import time
 
 
 def _cmd_demo(args) -> int:
+    """The whole Real2Sim2Real loop on the stand-in robot (embodied_gym.demo.pipeline)."""
+    from embodied_gym.demo.config import load_config
+    from embodied_gym.demo.pipeline import run_demo
+
+    profile = "full" if args.full else args.profile
+    try:
+        cfg = load_config(profile, args.config)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"embodied-gym demo: {e}") from None
+    if args.tasks:
+        cfg.tasks = list(args.tasks)
+    run_dir = os.path.join(args.runs, args.name or profile)
+    summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"))
+    for task, t in summary["tasks"].items():
+        for name, e in t["evaluation"].items():
+            print(f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
+                  f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)")
+    print(f"report: {os.path.join(run_dir, 'report.html')}  (summary: {os.path.join(run_dir, 'summary.json')})")
+    return 0
+
+
+def _cmd_experts(args) -> int:
     """Every task's scripted expert solving its task; a video per task; success printed."""
     import gymnasium as gym
     import numpy as np
@@ -169,13 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="embodied-gym", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run every task's scripted expert, save a video per task, print success")
-    demo.add_argument("--tasks", nargs="*", help="tasks to run (default: all four)")
-    demo.add_argument("--episodes", type=int, default=5, help="episodes per task (default 5)")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--camera", default="cam_high")
-    demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    from embodied_gym.demo.pipeline import STAGES
+
+    demo = sub.add_parser("demo", help="the whole Real2Sim2Real loop on the stand-in robot, with an HTML report")
+    size = demo.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="one task, small sizes, 2 CPU cores (the default)")
+    size.add_argument("--full", action="store_true", help="all four tasks, paper-like sizes (a GPU machine)")
+    size.add_argument("--profile", default="quick", help="a profile of embodied_gym/demo/profiles (quick, full, smoke)")
+    demo.add_argument("--config", help="YAML file overriding any stage setting of the profile")
+    demo.add_argument("--tasks", nargs="*", help="tasks (default: the profile's)")
+    demo.add_argument("--from", choices=STAGES, help="rerun from this stage on (later stages rerun too)")
+    demo.add_argument("--name", help="run name: output in RUNS/NAME (default: the profile's name)")
+    demo.add_argument("--runs", default="runs", help="folder of runs (default runs/)")
     demo.set_defaults(func=_cmd_demo)
+
+    exp = sub.add_parser("experts", help="run every task's scripted expert, save a video per task, print success")
+    exp.add_argument("--tasks", nargs="*", help="tasks to run (default: all four)")
+    exp.add_argument("--episodes", type=int, default=5, help="episodes per task (default 5)")
+    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--camera", default="cam_high")
+    exp.add_argument("--out", default="runs/experts", help="output folder (default runs/experts)")
+    exp.set_defaults(func=_cmd_experts)
 
     rec = sub.add_parser("record", help="record episodes into a local LeRobotDataset v3.0")
     rec.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")

@@ -1,0 +1,202 @@
+"""The Real2Sim2Real loop, top to bottom, on the stand-in robot.
+
+For each task (SPEC §4's experiment shape):
+
+1. ``record``: expert demonstrations on the stand-in robot (the "real" data).
+2. ``calibrate``: PhysAligner (the recommended method) fits the sim's physics to them.
+3. ``visaligner``: VisAligner learns the stand-in camera's look from paired real/sim episodes.
+4. ``generate``: expert rollouts in the aligned sim (calibrated physics), their frames rendered by
+   VisAligner — the training data of the aligned-sim policy.
+5. ``act_aligned`` / ``act_real``: single-camera ACT on the aligned-sim data, and the real-data
+   baseline on the recorded demonstrations.
+6. ``tpo``: TPO fine-tuning of the aligned-sim policy in the aligned sim.
+7. ``evaluate``: every policy (and the scripted expert) on the stand-in robot.
+
+Every stage is cached (:mod:`.cache`); the report (:mod:`.report`) is rebuilt at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from embodied_gym.demo.cache import StageCache
+from embodied_gym.demo.config import DemoConfig
+
+STAGES = ["record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo", "evaluate"]
+POLICIES = ("expert", "act_real", "act_aligned", "tpo")
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", file=sys.stderr, flush=True)
+
+
+def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None) -> dict:
+    import gymnasium as gym
+
+    import embodied_gym
+    from embodied_gym.data.recording import record
+
+    kwargs = dict(obs_type="pixels_state", cameras=(camera,), image_size=tuple(image_size))
+    if "-Real-" in env_id:
+        kwargs["realtime"] = False
+    if physics is not None:
+        kwargs["physics"] = physics
+    env = gym.make(env_id, **kwargs)
+    try:
+        summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True)
+    finally:
+        env.close()
+    return {"dataset": str(out), "episodes": summary.episodes, "expert_success": summary.success_rate}
+
+
+def stage_record(cfg: DemoConfig, task: str, folder: Path) -> dict:
+    import embodied_gym
+
+    r = cfg.record
+    out = _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera, r.image_size)
+    return out
+
+
+def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:
+    from embodied_gym.physaligner import ParameterSpace
+    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
+    from embodied_gym.physaligner.space import parameter_names
+
+    c = cfg.calibrate
+    frozen = [n for n in parameter_names() if n not in c.free] if c.free else []
+    settings = {k: v for k, v in dataclasses.asdict(c).items() if k not in ("free", "epochs")}
+    result = calibrate(dataset, task, folder / "result.json", ParameterSpace(frozen=frozen),
+                       CalibrationConfig(surrogate_epochs=c.epochs, **settings))
+    return {"result": str(folder / "result.json"), "report": str(folder / "result.report.md"),
+            "paths_png": str(folder / "result.paths.png"), "held_out_errors": result["held_out_errors"],
+            "unconstrained": result["unconstrained"]}
+
+
+def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, physics: str) -> dict:
+    from embodied_gym.visaligner.train import TrainConfig, train
+
+    v = cfg.visaligner
+    train(TrainConfig(dataset=dataset, out=str(folder / "model"), preset=v.preset, camera=cfg.record.camera,
+                      physics=physics, model=dict(v.model), vae_steps=v.vae_steps, steps=v.steps,
+                      batch_size=v.batch_size, sample_every=v.sample_every))
+    return {"model": str(folder / "model"), "samples": sorted(str(p) for p in (folder / "model").rglob("*.png"))}
+
+
+def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str) -> dict:
+    import embodied_gym
+    from embodied_gym.visaligner.render import render_dataset
+
+    g, r = cfg.generate, cfg.record
+    sim = _record(embodied_gym.env_id(task), folder / "sim", g.episodes, g.seed, r.camera, r.image_size,
+                  physics=physics)
+    reference = _first_frame(real_dataset, r.camera, folder / "reference.png")
+    summary = render_dataset(folder / "sim", model, folder / "aligned", camera=r.camera, reference=reference,
+                             physics=physics)
+    return {"sim_dataset": sim["dataset"], "dataset": str(folder / "aligned"), "reference": str(reference),
+            "sim_expert_success": sim["expert_success"], "render": summary}
+
+
+def _first_frame(dataset: str, camera: str, png: Path) -> Path:
+    """Frame 0 of episode 0 of ``dataset``'s ``camera``: the real reference image VisAligner starts from."""
+    from PIL import Image
+
+    from embodied_gym.visaligner.paired import read_episode_frames
+
+    frames = read_episode_frames(dataset, camera, [0])[0]
+    Image.fromarray(frames[0]).save(png)
+    return png
+
+
+def stage_act(cfg: DemoConfig, folder: Path, dataset: str) -> dict:
+    from embodied_gym.policies.act import ACTTrainConfig, train_act
+
+    a = cfg.act
+    res = train_act(ACTTrainConfig(dataset=dataset, out=str(folder / "policy"), preset=a.preset,
+                                   cameras=(cfg.record.camera,), steps=a.steps, batch_size=a.batch_size,
+                                   image_size=a.image_size))
+    return {"policy": str(res.policy_dir) if hasattr(res, "policy_dir") else str(folder / "policy"),
+            "result": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(res).items()}}
+
+
+def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: str, model: str) -> dict:
+    import embodied_gym
+    from embodied_gym.policies.tpo import TPOConfig, train_tpo
+
+    t = cfg.tpo
+    log = train_tpo(TPOConfig(policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
+                              iterations=t.iterations, pairs=t.pairs, rollouts=t.rollouts, epochs=t.epochs,
+                              beta=t.beta, physics=physics, visaligner=model))
+    return {"policy": str(folder / "tpo" / "policy"), "log": log}
+
+
+def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
+    import embodied_gym
+    from embodied_gym.policies.evaluate import evaluate_policy
+
+    e = cfg.evaluate
+    out = {}
+    for name, policy in policies.items():
+        _say(f"{task}: evaluating {name} on the stand-in robot ({e.episodes} episodes)")
+        res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
+                              out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"))
+        out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
+                                                                if k in ("success_rate", "ci95", "episodes",
+                                                                         "mean_return")}}
+    return out
+
+
+def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None = None) -> dict:
+    """Run (or resume) every stage for every task, then write ``report.html`` and ``summary.json``."""
+    from embodied_gym.demo.report import write_report
+
+    run_dir = Path(run_dir)
+    t_start = time.time()
+    cache = StageCache(run_dir, rerun_from, order=STAGES)
+    per_task = {}
+    n_stages = len(STAGES) * len(cfg.tasks)
+    done = 0
+    for task in cfg.tasks:
+        recs = {}
+
+        def stage(name, settings, inputs, fn):
+            nonlocal done
+            done += 1
+            elapsed = time.time() - t_start
+            _say(f"stage {done}/{n_stages} {task}/{name} (elapsed {elapsed / 60:.1f} min)")
+            cache_name = f"{name}" if len(cfg.tasks) == 1 else f"{task}/{name}"
+            rec = cache.run(cache_name, {"task": task, **settings}, [recs[i].name for i in inputs], fn)
+            # StageCache keys inputs by stage name; keep our own by short name
+            recs[name] = rec
+            _say(f"  {task}/{name}: {'cached' if rec.cached else f'done in {rec.wall_time_s:.0f} s'}")
+            return rec.outputs
+
+        asdict = dataclasses.asdict
+        rec = stage("record", asdict(cfg.record), [], lambda f: stage_record(cfg, task, f))
+        cal = stage("calibrate", asdict(cfg.calibrate), ["record"],
+                    lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
+        vis = stage("visaligner", asdict(cfg.visaligner), ["record", "calibrate"],
+                    lambda f: stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
+        gen = stage("generate", asdict(cfg.generate), ["record", "calibrate", "visaligner"],
+                    lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis["model"]))
+        act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
+        act_real = stage("act_real", asdict(cfg.act), ["record"], lambda f: stage_act(cfg, f, rec["dataset"]))
+        tpo = stage("tpo", asdict(cfg.tpo), ["act_aligned", "calibrate", "visaligner"],
+                    lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis["model"]))
+        policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
+                    "tpo": tpo["policy"]}
+        ev = stage("evaluate", asdict(cfg.evaluate), ["act_real", "act_aligned", "tpo"],
+                   lambda f: stage_evaluate(cfg, task, f, policies))
+        per_task[task] = {"stages": {k: {"folder": str(r.folder), "wall_time_s": r.wall_time_s, "cached": r.cached,
+                                         "outputs": r.outputs} for k, r in recs.items()},
+                          "evaluation": ev}
+    summary = {"config": cfg.to_dict(), "tasks": per_task, "wall_time_s": time.time() - t_start}
+    tmp = run_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, run_dir / "summary.json")
+    write_report(summary, run_dir / "report.html")
+    return summary

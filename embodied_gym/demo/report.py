@@ -1,0 +1,145 @@
+"""The demo's self-contained HTML report (images and videos inlined, opens offline)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+from pathlib import Path
+
+# SPEC §4: the paper's task success (%) on the real robot, real-data SFT (three views) -> after RL in
+# EmbodieDreamer (single view); shown next to our stand-in figures, never mixed with them.
+PAPER = {"PickCup": (50, 90), "PenInCup": (20, 70), "RemoteInBox": (60, 80), "CupOnMat": (40, 70)}
+LABELS = {"expert": "scripted expert", "act_real": "ACT, stand-in demos", "act_aligned": "ACT, aligned sim",
+          "tpo": "ACT, aligned sim + TPO"}
+
+
+def _img(path: str | Path, width: int | None = None) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    w = f' width="{width}"' if width else ""
+    return f'<img src="data:image/png;base64,{data}"{w}>'
+
+
+def _video(path: str | Path, width: int = 320) -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return f'<video width="{width}" controls loop muted><source src="data:video/mp4;base64,{data}" type="video/mp4"></video>'
+
+
+def _png_of(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+
+
+def success_chart(task: str, evaluation: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in LABELS if n in evaluation]
+    rates = [100 * evaluation[n]["success_rate"] for n in names]
+    lo = [100 * (evaluation[n]["success_rate"] - evaluation[n]["ci95"][0]) for n in names]
+    hi = [100 * (evaluation[n]["ci95"][1] - evaluation[n]["success_rate"]) for n in names]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    x = range(len(names))
+    ax.bar(x, rates, yerr=[lo, hi], capsize=4, color="tab:blue", label="stand-in robot (this run, Wilson 95 % CI)")
+    if task in PAPER:
+        before, after = PAPER[task]
+        ax.axhline(before, color="tab:red", ls="--", lw=1, label=f"paper, real robot: real-data ACT {before} %")
+        ax.axhline(after, color="tab:green", ls="--", lw=1, label=f"paper, real robot: after RL {after} %")
+    ax.set_xticks(list(x), [f"{LABELS[n]}\n(n={evaluation[n]['episodes']})" for n in names], fontsize=8)
+    ax.set(ylim=(0, 105), ylabel="task success (%)", title=f"{task}: success on the stand-in robot")
+    ax.legend(fontsize=7, loc="upper left")
+    return _png_of(fig)
+
+
+def _calibration_table(result_path: str) -> str:
+    r = json.loads(Path(result_path).read_text())
+    b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
+    rows = [("nominal", b), (f"calibrated ({r['method']})", a)]
+    out = ["<table><tr><th>held-out replay (stand-in)</th><th>TCP translation (cm)</th><th>rotation (rad)</th>"
+           "<th>joint RMSE (rad)</th></tr>"]
+    for name, e in rows:
+        out.append(f"<tr><td>{name}</td><td>{e['translation_error_m'] * 100:.2f}</td>"
+                   f"<td>{e['rotation_error_rad']:.4f}</td><td>{e['joint_rmse_rad']:.4f}</td></tr>")
+    out.append("</table><details><summary>calibrated parameters</summary><table><tr><th>parameter</th>"
+               "<th>nominal</th><th>calibrated</th><th>bounds</th></tr>")
+    for n, v in r["calibrated"].items():
+        lo, hi = r["bounds"][n]
+        out.append(f"<tr><td>{n}</td><td>{r['nominal'][n]:.4g}</td><td>{v:.4g}</td><td>[{lo:.4g}, {hi:.4g}]</td></tr>")
+    out.append("</table></details>")
+    if r.get("unconstrained"):
+        out.append(f"<p>Not constrained by these demonstrations: {html.escape(', '.join(r['unconstrained']))}.</p>")
+    return "".join(out)
+
+
+def _latest(folder: str | Path, pattern: str) -> Path | None:
+    found = sorted(Path(folder).rglob(pattern), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def write_report(summary: dict, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>embodied-gym demo</title><style>",
+             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
+             "h2{border-bottom:2px solid #ddd}.note{color:#a33}",
+             "</style></head><body>",
+             "<h1>embodied-gym demo: Real2Sim2Real on the stand-in robot</h1>",
+             "<p class='note'>Every figure here is measured against the <b>stand-in</b> robot (a second MuJoCo "
+             "world with hidden physics, latency, backlash, noise and its own camera look), never a real one. "
+             "The paper's real-robot numbers are shown for orientation only.</p>",
+             f"<p>Total wall time {summary['wall_time_s'] / 60:.1f} min. Settings: <code>"
+             f"{html.escape(json.dumps(summary['config']))}</code></p>"]
+    for task, t in summary["tasks"].items():
+        st = t["stages"]
+        parts.append(f"<h2>{task}</h2>")
+        parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
+        rec = st["record"]["outputs"]
+        parts.append(f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
+                     f"({rec['expert_success']:.0%} successful).</p>")
+        cal = st["calibrate"]["outputs"]
+        parts.append(_calibration_table(cal["result"]))
+        if Path(cal["paths_png"]).exists():
+            parts.append("<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
+                         "calibrated sim (green).</p>" + _img(cal["paths_png"], 900))
+        parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
+        vis = st["visaligner"]["outputs"]
+        grid = _latest(vis["model"], "*.png")
+        mp4 = _latest(vis["model"], "*.mp4")
+        if grid is not None:
+            parts.append(f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
+                         f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>")
+            parts.append(_img(grid, 900))
+        if mp4 is not None:
+            parts.append(_video(mp4, 600))
+        gen = st["generate"]["outputs"]
+        parts.append(f"<p>Aligned-sim training data: {html.escape(gen['dataset'])} (expert success in the "
+                     f"calibrated sim {gen['sim_expert_success']:.0%}).</p>")
+        parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
+        parts.append(success_chart(task, t["evaluation"]))
+        parts.append("<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th></tr>")
+        for name, e in t["evaluation"].items():
+            parts.append(f"<tr><td>{LABELS.get(name, name)}</td><td>{e['success_rate']:.0%}</td>"
+                         f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td></tr>")
+        parts.append("</table>")
+        videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
+        parts.append("<p>" + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>"
+                                      for n, v in videos if v is not None) + "</p>")
+        parts.append("<h3>Wall time per stage</h3><table><tr><th>stage</th><th>seconds</th><th></th></tr>")
+        for name, s in st.items():
+            parts.append(f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
+                         f"<td>{'cached (from an earlier run)' if s['cached'] else ''}</td></tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(parts))
+    os.replace(tmp, path)
+    return path
