@@ -236,3 +236,35 @@ def test_unconstrained_parameters_are_named():
 
     assert unconstrained(["a", "b"], np.array([10.0, 1e-6]), loss=1.0) == ["b"]
     assert unconstrained(["a"], None, None) is None
+
+
+def _handmade_dataset(root, lengths, nan_in=None, drop=None):
+    """A LeRobotDataset written frame by frame, to feed calibration bad input."""
+    from lerobot.datasets import LeRobotDataset
+
+    from embodied_gym.data.features import FPS, dataset_features
+
+    feats = {k: v for k, v in dataset_features((), (0, 0)).items() if k != drop}
+    ds = LeRobotDataset.create("t/bad", fps=FPS, features=feats, root=root, use_videos=False)
+    for e, n in enumerate(lengths):
+        for t in range(n):
+            frame = {k: np.zeros(v["shape"], dtype=np.float32 if v["dtype"] == "float32" else bool)
+                     for k, v in feats.items()}
+            if e == nan_in:
+                frame["observation.state"][3] = np.nan
+            ds.add_frame({**frame, "task": "pick"})
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+@pytest.mark.parametrize("kind,match", [("nan", "episode 1 .*NaN"), ("short", "episode 1 .*1 frame"),
+                                        ("missing", "observation.ee_pose")])
+def test_calibrate_bad_datasets_name_the_episode(tmp_path, kind, match):
+    from embodied_gym.cli import main
+
+    lengths = [3, 1 if kind == "short" else 3, 3]
+    root = _handmade_dataset(tmp_path / "d", lengths, nan_in=1 if kind == "nan" else None,
+                             drop="observation.ee_pose" if kind == "missing" else None)
+    with pytest.raises(SystemExit, match=match):
+        main(["calibrate", "--dataset", str(root), "--task", "PickCup", "--out", str(tmp_path / "r.json")])
