@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from embodied_gym.visaligner.cli import add_commands as add_visaligner_commands
+
 
 def _cmd_demo(args) -> int:
     """Every task's scripted expert solving its task; a video per task; success printed."""
@@ -205,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
     cal.set_defaults(func=_cmd_calibrate)
+    add_visaligner_commands(sub)
     return p
 
 

@@ -31,6 +31,7 @@ from embodied_gym.visaligner.conditioning import condition_video
 from embodied_gym.visaligner.paired import PairedEpisode, paired_episodes_cached
 from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 from embodied_gym.visaligner.presets import VisAlignerConfig, preset
+from embodied_gym.visaligner.render import REFERENCE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +307,11 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     accelerator.wait_for_everyone()
     pipe.unet, pipe.reference_encoder = raw_unet.eval(), raw_ref.eval()
     if accelerator.is_main_process:
-        _atomic_dir(pipe.save_pretrained, out / "model")
+        def write_model(d):
+            pipe.save_pretrained(d)
+            save_png(d / REFERENCE_NAME, episodes[0].real[0])  # the default reference of `render`
+
+        _atomic_dir(write_model, out / "model")
         if loss_rows:
             plot_loss(loss_rows, out / "loss.png")
     return pipe
