@@ -26,6 +26,7 @@ from embodied_gym.visaligner.model import ReferenceEncoder, added_time_ids, buil
 from embodied_gym.visaligner.presets import VisAlignerConfig
 
 CONFIG_NAME = "visaligner_config.json"
+REFERENCE_NAME = "reference.png"
 _VAE_CLASSES = {"AutoencoderKL": AutoencoderKL}
 
 
@@ -59,6 +60,7 @@ class VisAlignerPipeline:
                  scheduler: DDIMScheduler, config: VisAlignerConfig):
         self.vae, self.unet, self.reference_encoder = vae, unet, reference_encoder
         self.scheduler, self.config = scheduler, config
+        self.reference_image: np.ndarray | None = None  # the default real reference (reference.png), if saved
 
     @classmethod
     def from_config(cls, config: VisAlignerConfig) -> "VisAlignerPipeline":
@@ -97,7 +99,12 @@ class VisAlignerPipeline:
         unet = UNetSpatioTemporalConditionModel.from_pretrained(path / "unet", **kw)
         ref = ReferenceEncoder.from_pretrained(path / "reference_encoder", **kw)
         scheduler = DDIMScheduler.from_pretrained(path / "scheduler", local_files_only=True)
-        return cls(vae.eval(), unet.eval(), ref.eval(), scheduler, config)
+        pipe = cls(vae.eval(), unet.eval(), ref.eval(), scheduler, config)
+        if (path / REFERENCE_NAME).exists():
+            import cv2
+
+            pipe.reference_image = np.ascontiguousarray(cv2.imread(str(path / REFERENCE_NAME))[..., ::-1])
+        return pipe
 
     def to(self, device=None, dtype=None) -> "VisAlignerPipeline":
         for m in (self.vae, self.unet, self.reference_encoder):

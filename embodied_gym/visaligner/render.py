@@ -22,9 +22,9 @@ import numpy as np
 
 from embodied_gym.data.features import SIDECAR
 from embodied_gym.data.replay import dataset_repo_id, load_episodes
+from embodied_gym.visaligner.pipeline import REFERENCE_NAME
 
 log = logging.getLogger(__name__)
-REFERENCE_NAME = "reference.png"
 _AUTO_FEATURES = ("index", "timestamp", "frame_index", "episode_index", "task_index")
 
 

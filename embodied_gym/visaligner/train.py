@@ -29,9 +29,8 @@ import torch
 
 from embodied_gym.visaligner.conditioning import condition_video
 from embodied_gym.visaligner.paired import PairedEpisode, paired_episodes_cached
-from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+from embodied_gym.visaligner.pipeline import REFERENCE_NAME, VisAlignerPipeline
 from embodied_gym.visaligner.presets import VisAlignerConfig, preset
-from embodied_gym.visaligner.render import REFERENCE_NAME
 
 log = logging.getLogger(__name__)
 
