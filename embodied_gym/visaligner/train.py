@@ -193,7 +193,7 @@ def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: Train
         accelerator.backward(loss)
         opt.step()
         loss_rows.append({"stage": "vae", "step": step, "loss": loss.item()})
-        bar.set_postfix(loss=f"{float(loss):.4f}")
+        bar.set_postfix(loss=f"{loss_rows[-1]['loss']:.4f}")
     pipe.vae = accelerator.unwrap_model(vae).eval().requires_grad_(False)
     pipe.vae.register_to_config(scaling_factor=1.0)
     z = pipe.encode_frames(frames[rng.integers(len(frames), size=min(len(frames), 256))])
@@ -288,11 +288,12 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(params, 1.0)
             opt.step()
-            row = {"stage": "unet", "step": step + 1, "loss": loss.item(), "time": time.time()}
+            loss_value = loss.item()
+            row = {"stage": "unet", "step": step + 1, "loss": loss_value, "time": time.time()}
             loss_rows.append(row)
             if accelerator.is_main_process:
                 loss_log.write(json.dumps(row) + "\n")
-                bar.set_postfix(loss=f"{float(loss):.4f}")
+                bar.set_postfix(loss=f"{loss_value:.4f}")
                 done = step + 1
                 if done % tc.sample_every == 0 or done == tc.steps:
                     pipe.unet, pipe.reference_encoder = raw_unet, raw_ref
@@ -305,6 +306,7 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
                     plot_loss(loss_rows, out / "loss.png")
     accelerator.wait_for_everyone()
     pipe.unet, pipe.reference_encoder = raw_unet.eval(), raw_ref.eval()
+    pipe.reference_image = episodes[0].real[0]
     if accelerator.is_main_process:
         def write_model(d):
             pipe.save_pretrained(d)
