@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from embodied_gym.visaligner.cli import add_commands as add_visaligner_commands
+
 
 def _cmd_demo(args) -> int:
     """The whole Real2Sim2Real loop on the stand-in robot (embodied_gym.demo.pipeline)."""
@@ -257,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
     cal.set_defaults(func=_cmd_calibrate)
+    add_visaligner_commands(sub)
     return p
 
 

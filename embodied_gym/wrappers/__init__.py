@@ -1,1 +1,5 @@
-"""Gymnasium wrappers (the VisAligner observation wrapper and LeRobot format adapters land here)."""
+"""Gymnasium wrappers: the VisAligner observation wrapper (and, later, LeRobot format adapters)."""
+
+from embodied_gym.wrappers.visaligner import VisAlignerWrapper
+
+__all__ = ["VisAlignerWrapper"]

@@ -1,0 +1,205 @@
+"""VisAligner benchmark (issue 5 §6): stand-in PickCup data, cam_high, tiny preset on CPU.
+
+Trains VisAligner with and without object masks on 40 recorded stand-in episodes and compares,
+on 10 held-out episodes, (a) the raw sim render, (b) VisAligner without masks, (c) VisAligner
+full, (d) the full network with its temporal layers off (per frame): PSNR, SSIM, PSNR on the
+object region, FD-local3D (a proxy; not FVD) and temporal flicker, plus a sample grid.
+
+Held-out evaluation is the deployment setting: the sim replays each held-out episode's
+recorded joints, the condition is its render with the *sim's* object masks, frame 0 is the
+episode's first real frame, and the whole episode (every 4th step, the model's frame stride) is
+generated chunk by chunk. Frame 0 (the reference itself) is left out of every metric.
+
+    MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner
+
+Steps resume: the dataset, paired cache, trained models and FD-local3D net are reused when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def run(cmd: list[str], log: Path) -> subprocess.Popen:
+    print("$", " ".join(cmd), f"> {log}", flush=True)
+    return subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.wait() != 0:
+            raise SystemExit(f"command failed ({p.args}); see its log")
+
+
+def dilate(masks: np.ndarray, r: int = 2) -> np.ndarray:
+    import cv2
+
+    k = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1))
+    return np.stack([cv2.dilate(m.astype(np.uint8), k).astype(bool) for m in masks])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/bench/visaligner")
+    ap.add_argument("--dataset", help="stand-in PickCup recording with cam_high (default: OUT/standin_pickcup, "
+                                      "recorded when missing)")
+    ap.add_argument("--train-episodes", type=int, default=40)
+    ap.add_argument("--heldout-episodes", type=int, default=10)
+    ap.add_argument("--image-size", nargs=2, type=int, default=[64, 80])
+    ap.add_argument("--vae-steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=400, help="denoiser steps per model")
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--sample-steps", type=int, default=10, help="denoising steps at evaluation")
+    ap.add_argument("--local3d-steps", type=int, default=300)
+    ap.add_argument("--figure", default=str(ROOT / "benchmarks/figures/visaligner_samples.png"))
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)  # one thread per process is fastest on a shared 2-core machine
+    from embodied_gym.visaligner import metrics as M
+    from embodied_gym.visaligner.conditioning import condition_video
+    from embodied_gym.visaligner.paired import paired_episodes_cached
+    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+    from embodied_gym.visaligner.train import save_png
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    env_cli = [py, "-m", "embodied_gym.cli"]
+    timings: dict[str, float] = {}
+    n_train, n_eval = args.train_episodes, args.heldout_episodes
+    dataset = Path(args.dataset or out / "standin_pickcup")
+
+    # 1. data: stand-in episodes with cam_high
+    t0 = time.time()
+    if not (dataset / "meta" / "info.json").exists():
+        wait([run(env_cli + ["record", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", str(n_train + n_eval),
+                             "--cameras", "cam_high", "--image-size", *map(str, args.image_size), "--out",
+                             str(dataset)], out / "record.log")])
+    timings["record_s"] = time.time() - t0
+    train_eps = list(range(n_train))
+    eval_eps = list(range(n_train, n_train + n_eval))
+
+    # 2. models: the full one first (it trains the shared VAE), then full and no-mask in parallel
+    common = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny", "--threads", "1",
+              "--image-size", *map(str, args.image_size), "--vae-steps", str(args.vae_steps),
+              "--batch-size", str(args.batch_size), "--sample-every", "200", "--checkpoint-every", "50",
+              "--episodes", *map(str, train_eps)]
+    full, nomask = out / "full", out / "nomask"
+    t0 = time.time()
+    if not (full / "vae" / "config.json").exists():
+        wait([run(env_cli + common + ["--out", str(full), "--steps", "0"], out / "train_vae.log")])
+    timings["paired_and_vae_s"] = time.time() - t0
+    nomask.mkdir(exist_ok=True)
+    for name in ("vae", "paired.npz", "vae_loss.json"):
+        src, dst = full / name, nomask / name
+        if not dst.exists():
+            subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    t0 = time.time()
+    procs = []
+    for d, extra in ((full, []), (nomask, ["--no-masks"])):
+        state = d / "checkpoint" / "trainer_state.json"
+        if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
+            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps)] + extra,
+                             out / f"train_{d.name}.log"))
+    wait(procs)
+    timings["train_both_models_parallel_s"] = time.time() - t0
+
+    # 3. held-out data at the model's frame stride; FD-local3D net trained on the training episodes
+    pipe_full = VisAlignerPipeline.from_pretrained(full / "model")
+    pipe_nomask = VisAlignerPipeline.from_pretrained(nomask / "model")
+    stride = pipe_full.config.frame_stride
+    held = paired_episodes_cached(dataset, out / "paired_heldout.npz", "cam_high", episodes=eval_eps)
+    trained, _ = __import__("embodied_gym.visaligner.paired", fromlist=["load_paired"]).load_paired(full / "paired.npz")
+    net_path = out / "fd_local3d.safetensors"
+    t0 = time.time()
+    if not net_path.exists():
+        r = M.train_local3d([e.real[::stride] for e in trained], [e.sim[::stride] for e in trained], net_path,
+                            steps=args.local3d_steps, clip_length=8, stride=1)
+        (out / "fd_local3d.json").write_text(json.dumps(r.__dict__))
+    local3d_info = json.loads((out / "fd_local3d.json").read_text())
+    net = M.load_local3d(net_path)
+    timings["fd_local3d_train_s"] = time.time() - t0
+
+    # 4. generate held-out episodes
+    t0 = time.time()
+    methods = {"(a) raw sim render": None, "(b) VisAligner, no masks": (pipe_nomask, True),
+               "(c) VisAligner full": (pipe_full, True), "(d) full, temporal layers off": (pipe_full, False)}
+    videos: dict[str, list[np.ndarray]] = {k: [] for k in methods}
+    reals, objs, conds = [], [], []
+    from tqdm import tqdm
+
+    for ep in tqdm(held, desc="held-out generation", unit="ep"):
+        real, sim, smask = ep.real[::stride], ep.sim[::stride], ep.sim_mask[::stride]
+        reals.append(real)
+        objs.append(dilate(ep.real_mask[::stride]))
+        conds.append(condition_video(real[0], sim, smask))
+        for name, spec in methods.items():
+            if spec is None:
+                videos[name].append(sim)
+                continue
+            pipe, temporal = spec
+            g = torch.Generator().manual_seed(1000 + ep.index)
+            videos[name].append(pipe.generate_video(real[0], sim, smask, args.sample_steps, g, temporal))
+    timings["heldout_generation_s"] = time.time() - t0
+
+    # 5. metrics (frame 0 = the reference, excluded)
+    rows = {}
+    for name, vids in videos.items():
+        rows[name] = {
+            "psnr_db": float(np.mean([M.psnr(v[1:], r[1:]) for v, r in zip(vids, reals)])),
+            "ssim": float(np.mean([M.ssim(v[1:], r[1:]) for v, r in zip(vids, reals)])),
+            "object_psnr_db": float(np.nanmean([M.psnr(v[1:], r[1:], o[1:]) for v, r, o in zip(vids, reals, objs)])),
+            "fd_local3d": M.fd_local3d(net, [v[1:] for v in vids], [r[1:] for r in reals], clip_length=8, stride=1),
+            "flicker": float(np.mean([M.flicker(v[1:], r[1:]) for v, r in zip(vids, reals)])),
+        }
+    if n_eval >= 4:  # the proxy's noise floor: real held-out episodes against other real ones
+        rows["(ref) real vs real, two halves of the held-out episodes"] = {
+            "fd_local3d": M.fd_local3d(net, [r[1:] for r in reals[: n_eval // 2]],
+                                       [r[1:] for r in reals[n_eval // 2:]], clip_length=8, stride=1)}
+
+    # 6. sample grid: one held-out episode, 8 frames from t = 1
+    k = 0
+    cols = np.arange(1, min(len(reals[k]), 1 + 8 * 3), 3)[:8]
+    grid_rows = [("real (target)", reals[k]), ("condition", conds[k])] + [(n, v[k]) for n, v in videos.items()]
+    pad = lambda row: np.concatenate([x for f in row[cols] for x in (f, np.full((f.shape[0], 2, 3), 255, np.uint8))],
+                                     axis=1)
+    img = np.concatenate([x for _, r in grid_rows for x in (pad(r), np.full((2, pad(r).shape[1], 3), 255, np.uint8))])
+    Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
+    save_png(args.figure, img, scale=2)
+
+    result = {"rows": rows, "row_order_in_figure": [n for n, _ in grid_rows], "figure_frames": cols.tolist(),
+              "train_episodes": train_eps, "heldout_episodes": eval_eps, "frame_stride": stride,
+              "sample_steps": args.sample_steps, "denoiser_steps": args.steps, "vae_steps": args.vae_steps,
+              "batch_size": args.batch_size, "fd_local3d_net": local3d_info, "timings_s": timings,
+              "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+                          "torch_threads": torch.get_num_threads()},
+              "command": " ".join([os.path.basename(py)] + sys.argv)}
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, out / "results.json")
+    print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        f = lambda key, fmt: (fmt % r[key]) if key in r else "—"
+        print(f"| {name} | {f('psnr_db', '%.2f')} | {f('ssim', '%.3f')} | {f('object_psnr_db', '%.2f')} | "
+              f"{f('fd_local3d', '%.4f')} | {f('flicker', '%.4f')} |")
+    print(f"FD-local3D net sha256 {local3d_info['sha256']}; figure {args.figure}; timings {timings}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

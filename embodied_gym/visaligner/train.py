@@ -1,0 +1,318 @@
+"""Training VisAligner on paired real/sim episodes (works plainly and under ``accelerate launch``).
+
+Stages, all in ``out/``:
+
+1. ``paired.npz``: paired episodes (sim replay, masks), built once and reused.
+2. ``vae/`` (tiny preset only): the AutoencoderKL trained on real and sim frames (L1 + MSE + a
+   small KL term); its ``scaling_factor`` is set to 1/std of the latents. The svd preset keeps
+   SVD's own VAE frozen.
+3. The denoiser (UNet + reference encoder) on clips of ``num_frames`` frames; the VAE is frozen and
+   every frame's latent is computed once up front. ``checkpoint/`` is rewritten atomically every
+   ``checkpoint_every`` steps (model, optimizer, step, loss log) and a rerun resumes from it.
+   ``samples/step_XXXXXX.png`` / ``.mp4``: ground truth | condition | generated, every
+   ``sample_every`` steps. ``loss.jsonl`` and ``loss.png``: the loss log.
+4. ``model/``: the final :class:`~embodied_gym.visaligner.pipeline.VisAlignerPipeline`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied_gym.visaligner.conditioning import condition_video
+from embodied_gym.visaligner.paired import PairedEpisode, paired_episodes_cached
+from embodied_gym.visaligner.pipeline import REFERENCE_NAME, VisAlignerPipeline
+from embodied_gym.visaligner.presets import VisAlignerConfig, preset
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """What :func:`train` does; ``model`` overrides fields of the preset's :class:`VisAlignerConfig`."""
+
+    dataset: str
+    out: str
+    preset: str = "tiny"
+    camera: str = "cam_high"
+    episodes: list[int] | None = None  # training episodes (default: all)
+    physics: str | None = None  # calibrated physics for the replay (a PhysAligner result JSON)
+    sam_checkpoint: str | None = None
+    model: dict = field(default_factory=dict)
+    vae_steps: int = 400
+    vae_batch_size: int = 32
+    vae_lr: float = 2e-3
+    steps: int = 1000
+    batch_size: int = 4
+    lr: float = 1e-3
+    sample_every: int = 250
+    checkpoint_every: int = 100
+    sample_steps: int = 20
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class EpisodeLatents:
+    """Per-frame latents of one paired episode (frozen VAE)."""
+
+    real: torch.Tensor  # (T, C, h, w) target frames
+    cond: torch.Tensor  # (T, C, h, w) condition frames (sim render + silhouettes, or the plain render)
+    mask: torch.Tensor  # (T, 1, h, w)
+
+
+def _atomic_dir(write, final: Path) -> None:
+    """Write a directory with ``write(tmp_dir)`` and swap it in place of ``final``."""
+    tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def episode_latents(pipe: VisAlignerPipeline, ep: PairedEpisode) -> EpisodeLatents:
+    cfg = pipe.config
+    masks = (ep.real_mask if cfg.mask_source == "real" else ep.sim_mask) if cfg.use_masks else None
+    # Condition frames are encoded one by one, so frame 0 being the reference does not matter
+    # here: the clip sampler puts the clip's reference (a real latent) in front.
+    cond_frames = condition_video(ep.sim[0], ep.sim, masks)
+    return EpisodeLatents(pipe.encode_frames(ep.real).cpu(), pipe.encode_frames(cond_frames).cpu(),
+                          pipe.mask_latents(masks, len(ep.sim)).cpu())
+
+
+def sample_clips(latents: list[EpisodeLatents], cfg: VisAlignerConfig, batch: int, rng: np.random.Generator):
+    """A batch of (target, condition, mask) clips ``(B, N, ...)``; condition frame 0 = the real
+    reference (the clip's first real frame)."""
+    tgt, cond, mask = [], [], []
+    span = (cfg.num_frames - 1) * cfg.frame_stride
+    for _ in range(batch):
+        ep = latents[rng.integers(len(latents))]
+        T = len(ep.real)
+        stride = cfg.frame_stride if T > span else max(1, (T - 1) // (cfg.num_frames - 1))
+        s = int(rng.integers(0, max(1, T - (cfg.num_frames - 1) * stride)))
+        idx = s + stride * np.arange(cfg.num_frames)
+        idx = np.minimum(idx, T - 1)
+        c = ep.cond[idx].clone()
+        c[0] = ep.real[idx[0]]
+        tgt.append(ep.real[idx])
+        cond.append(c)
+        mask.append(ep.mask[idx])
+    return torch.stack(tgt), torch.stack(cond), torch.stack(mask)
+
+
+def clip_frames(ep: PairedEpisode, cfg: VisAlignerConfig, start: int = 0):
+    """(real, sim, masks) frames of a clip of ``ep`` (as the sampler picks them), for sample grids."""
+    idx = np.minimum(start + cfg.frame_stride * np.arange(cfg.num_frames), len(ep.real) - 1)
+    masks = ep.sim_mask[idx] if cfg.use_masks else None
+    return ep.real[idx], ep.sim[idx], masks
+
+
+def sample_grid(real: np.ndarray, condition: np.ndarray, generated: np.ndarray) -> np.ndarray:
+    """Rows ground truth | condition | generated; one column per frame; 1-px white gaps."""
+    rows = []
+    for row in (real, condition, generated):
+        pad = np.full((row.shape[1], 1, 3), 255, np.uint8)
+        rows.append(np.concatenate([x for f in row for x in (f, pad)][:-1], axis=1))
+    gap = np.full((1, rows[0].shape[1], 3), 255, np.uint8)
+    return np.concatenate([rows[0], gap, rows[1], gap, rows[2]], axis=0)
+
+
+def save_png(path: str | os.PathLike, image: np.ndarray, scale: int = 1) -> None:
+    import cv2
+
+    if scale > 1:
+        image = cv2.resize(image, (image.shape[1] * scale, image.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
+    tmp = f"{path}.tmp.png"
+    cv2.imwrite(tmp, image[..., ::-1])
+    os.replace(tmp, path)
+
+
+def write_samples(pipe: VisAlignerPipeline, ep: PairedEpisode, path_stem: str, steps: int, seed: int) -> None:
+    from embodied_gym.video import write_mp4
+
+    real, sim, masks = clip_frames(ep, pipe.config)
+    gen = pipe(real[0], sim, masks, steps, torch.Generator(pipe.device).manual_seed(seed))
+    cond = condition_video(real[0], sim, masks)
+    save_png(f"{path_stem}.png", sample_grid(real, cond, gen), scale=2)
+    write_mp4(f"{path_stem}.mp4", [np.concatenate([r, c, g], axis=1) for r, c, g in zip(real, cond, gen)], fps=4)
+
+
+def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for stage in sorted({r["stage"] for r in rows}):
+        pts = [(r["step"], r["loss"]) for r in rows if r["stage"] == stage]
+        x, y = np.array(pts).T
+        ax.plot(x, y, alpha=0.35, label=f"{stage} (per step)")
+        k = max(1, len(y) // 20)
+        ax.plot(x[k - 1:], np.convolve(y, np.ones(k) / k, mode="valid"), label=f"{stage} (mean of {k})")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = f"{path}.tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator,
+              loss_rows: list[dict]) -> None:
+    """Fit the tiny preset's AutoencoderKL on real, sim and condition frames."""
+    from tqdm import tqdm
+
+    frames = np.concatenate([x for ep in episodes for x in (ep.real, condition_video(ep.sim[0], ep.sim, ep.sim_mask))])
+    rng = np.random.default_rng(tc.seed)
+    vae = pipe.vae.train()
+    opt = torch.optim.AdamW(vae.parameters(), lr=tc.vae_lr, weight_decay=0.0)
+    vae, opt = accelerator.prepare(vae, opt)
+    bar = tqdm(range(tc.vae_steps), desc="vae", disable=not (tc.progress and accelerator.is_main_process))
+    for step in bar:
+        x = torch.from_numpy(frames[rng.integers(len(frames), size=tc.vae_batch_size)]).to(accelerator.device)
+        x = x.permute(0, 3, 1, 2).float() / 127.5 - 1
+        post = accelerator.unwrap_model(vae).encode(x).latent_dist
+        rec = accelerator.unwrap_model(vae).decode(post.sample()).sample
+        loss = (rec - x).abs().mean() + ((rec - x) ** 2).mean() + 1e-6 * post.kl().mean()
+        opt.zero_grad()
+        accelerator.backward(loss)
+        opt.step()
+        loss_rows.append({"stage": "vae", "step": step, "loss": loss.item()})
+        bar.set_postfix(loss=f"{loss_rows[-1]['loss']:.4f}")
+    pipe.vae = accelerator.unwrap_model(vae).eval().requires_grad_(False)
+    pipe.vae.register_to_config(scaling_factor=1.0)
+    z = pipe.encode_frames(frames[rng.integers(len(frames), size=min(len(frames), 256))])
+    pipe.vae.register_to_config(scaling_factor=float(1.0 / z.float().std()))
+
+
+def train(tc: TrainConfig) -> VisAlignerPipeline:
+    """Train VisAligner (see the module docstring); returns the final pipeline."""
+    from accelerate import Accelerator
+    from tqdm import tqdm
+
+    out = Path(tc.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = preset(tc.preset, **tc.model)
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision if torch.cuda.is_available() else "no")
+    torch.manual_seed(tc.seed + accelerator.process_index)
+
+    if accelerator.is_main_process:
+        episodes = paired_episodes_cached(tc.dataset, out / "paired.npz", tc.camera, episodes=tc.episodes,
+                                          physics=tc.physics, sam_checkpoint=tc.sam_checkpoint, progress=tc.progress)
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        episodes = paired_episodes_cached(tc.dataset, out / "paired.npz", tc.camera, episodes=tc.episodes,
+                                          physics=tc.physics, sam_checkpoint=tc.sam_checkpoint, progress=False)
+    frame_size = tuple(episodes[0].real.shape[1:3])
+    if cfg.preset == "tiny" and "image_size" not in tc.model and frame_size != cfg.image_size:
+        log.info("dataset frames are %s; the model works at %s (frames are resized)", frame_size, cfg.image_size)
+
+    ckpt = out / "checkpoint"
+    state_path = ckpt / "trainer_state.json"
+    loss_rows: list[dict] = []
+    start_step = 0
+    if state_path.exists():
+        pipe = VisAlignerPipeline.from_pretrained(ckpt)
+        state = json.loads(state_path.read_text())
+        start_step, loss_rows = state["step"], state["loss"]
+        if pipe.config.to_dict() != cfg.to_dict():
+            raise ValueError(f"{ckpt} was trained with another model config; use a new --out or delete it")
+        log.info("resuming from %s at step %d", ckpt, start_step)
+    else:
+        pipe = VisAlignerPipeline.from_config(cfg)
+        if cfg.preset == "tiny":
+            vae_dir = out / "vae"
+            if (vae_dir / "config.json").exists():
+                pipe.vae = type(pipe.vae).from_pretrained(vae_dir, local_files_only=True)
+            else:
+                train_vae(pipe, episodes, tc, accelerator, loss_rows)
+                if accelerator.is_main_process:
+                    _atomic_dir(lambda d: pipe.vae.save_pretrained(d, safe_serialization=True), vae_dir)
+                    (out / "vae_loss.json").write_text(json.dumps(loss_rows))
+            if (out / "vae_loss.json").exists():
+                loss_rows = json.loads((out / "vae_loss.json").read_text())
+    pipe.to(accelerator.device)
+    pipe.vae.eval().requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        pipe.unet.enable_gradient_checkpointing()
+
+    latents = [episode_latents(pipe, ep) for ep in tqdm(episodes, desc="latents", unit="ep",
+                                                        disable=not (tc.progress and accelerator.is_main_process))]
+    params = list(pipe.unet.parameters()) + list(pipe.reference_encoder.parameters())
+    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=1e-4)
+    if state_path.exists():
+        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
+    pipe.unet.train()
+    pipe.reference_encoder.train()
+    unet, ref, opt = accelerator.prepare(pipe.unet, pipe.reference_encoder, opt)
+    raw_unet, raw_ref = pipe.unet, pipe.reference_encoder
+    pipe.unet, pipe.reference_encoder = unet, ref
+    rng = np.random.default_rng([tc.seed, accelerator.process_index, start_step])
+    samples = out / "samples"
+    samples.mkdir(exist_ok=True)
+
+    def save_checkpoint(step):
+        pipe.unet, pipe.reference_encoder = raw_unet, raw_ref
+
+        def write(d):
+            pipe.save_pretrained(d)
+            torch.save(opt.state_dict(), d / "optimizer.pt")
+            (d / "trainer_state.json").write_text(json.dumps({"step": step, "loss": loss_rows}))
+
+        _atomic_dir(write, ckpt)
+        pipe.unet, pipe.reference_encoder = unet, ref
+
+    bar = tqdm(range(start_step, tc.steps), desc="visaligner", initial=start_step, total=tc.steps,
+               disable=not (tc.progress and accelerator.is_main_process))
+    with open(out / "loss.jsonl", "a") as loss_log:
+        for step in bar:
+            tgt, cond, mask = (x.to(accelerator.device) for x in sample_clips(latents, cfg, tc.batch_size, rng))
+            with accelerator.autocast():
+                loss = pipe.training_loss(tgt, cond, mask)
+            opt.zero_grad()
+            accelerator.backward(loss)
+            accelerator.clip_grad_norm_(params, 1.0)
+            opt.step()
+            loss_value = loss.item()
+            row = {"stage": "unet", "step": step + 1, "loss": loss_value, "time": time.time()}
+            loss_rows.append(row)
+            if accelerator.is_main_process:
+                loss_log.write(json.dumps(row) + "\n")
+                bar.set_postfix(loss=f"{loss_value:.4f}")
+                done = step + 1
+                if done % tc.sample_every == 0 or done == tc.steps:
+                    pipe.unet, pipe.reference_encoder = raw_unet, raw_ref
+                    write_samples(pipe, episodes[0], str(samples / f"step_{done:06d}"), tc.sample_steps, tc.seed)
+                    pipe.unet, pipe.reference_encoder = unet, ref
+                    raw_unet.train()
+                if done % tc.checkpoint_every == 0 or done == tc.steps:
+                    loss_log.flush()
+                    save_checkpoint(done)
+                    plot_loss(loss_rows, out / "loss.png")
+    accelerator.wait_for_everyone()
+    pipe.unet, pipe.reference_encoder = raw_unet.eval(), raw_ref.eval()
+    pipe.reference_image = episodes[0].real[0]
+    if accelerator.is_main_process:
+        def write_model(d):
+            pipe.save_pretrained(d)
+            save_png(d / REFERENCE_NAME, episodes[0].real[0])  # the default reference of `render`
+
+        _atomic_dir(write_model, out / "model")
+        if loss_rows:
+            plot_loss(loss_rows, out / "loss.png")
+    return pipe
