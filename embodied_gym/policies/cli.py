@@ -39,7 +39,7 @@ def _cmd_train_tpo(args) -> int:
         raise SystemExit(f"embodied-gym: {e}") from None
     last = log[-1] if log else {}
     print(f"TPO: {len(log)} iterations; last rollout success {last.get('rollout_success_rate', float('nan')):.0%}, "
-          f"policy: {args.out}/policy (log: {args.out}/tpo_log.jsonl, plot: {args.out}/tpo.png)")
+          f"policy: {args.out} (eval --policy {args.out}; log: {args.out}/tpo_log.jsonl, plot: {args.out}/tpo.png)")
     return 0
 
 
