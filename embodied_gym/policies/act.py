@@ -344,7 +344,8 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     frames = load_training_frames(ds, cameras, preset.chunk_size, preset.image_size, cfg.progress)
     decode_time = time.time() - t0
     task = _dataset_task(cfg.dataset)
-    meta = {"kind": "act", "cameras": cameras, "image_size": list(frames.images[next(iter(frames.images))].shape[-2:]),
+    recorded = list(ds.meta.features[f"observation.images.{cameras[0]}"]["shape"][:2])
+    meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": list(frames.images[next(iter(frames.images))].shape[-2:]),
             "control_mode": "joint_pos", "dataset": str(cfg.dataset), "task": task, "preset": cfg.preset,
             "settings": asdict(preset), "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff}
 

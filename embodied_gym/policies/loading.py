@@ -102,7 +102,10 @@ class ACTAgent:
         image_keys = list(self.policy.config.image_features)
         self.cameras = tuple(k.removeprefix("observation.images.") for k in image_keys)
         self.image_size = tuple(self.policy.config.image_features[image_keys[0]].shape[-2:]) if image_keys else None
-        self.requirements = EnvRequirements(obs_type="pixels_state", cameras=self.cameras, control_mode="joint_pos")
+        # Render at the size the training frames were recorded at, so resizing matches training.
+        recorded = (self.meta or {}).get("recorded_image_size")
+        self.requirements = EnvRequirements(obs_type="pixels_state", cameras=self.cameras, control_mode="joint_pos",
+                                            image_size=tuple(recorded) if recorded else None)
         self.policy.reset()
 
     def reset(self) -> None:
