@@ -36,14 +36,17 @@ THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
 
 
 def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics=None, seed=0) -> float:
+    have = 0
     if (root / "meta" / "info.json").exists():
-        return float("nan")
+        have = json.loads((root / "meta" / "info.json").read_text())["total_episodes"]
+        if have >= episodes:
+            return float("nan")
     agent = ExpertAgent()
     env = make_env_for(agent, env_id, physics=physics, obs_type="pixels_state", cameras=tuple(cameras),
                        image_size=tuple(image_size))
     t0 = time.time()
     try:
-        record(env, agent, root, episodes, seed=seed, env_id=env_id)
+        record(env, agent, root, episodes - have, seed=seed, env_id=env_id, resume=have > 0)
     finally:
         env.close()
     return time.time() - t0
@@ -98,14 +101,16 @@ def main() -> None:
     sim = f"EmbodieDreamer-{args.task}-v0"
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    timings = {}
+    timings = results.get("_settings", {}).get("timings", {})
     cams_a = THREE if "a" in args.rows else ("cam_high",)  # row (b) uses cam_high of the same recording
 
     if {"a", "b"} & set(args.rows):
-        timings["record_standin_s"] = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
+        t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
+        timings.setdefault("record_standin_s", t)
     if {"c", "d"} & set(args.rows):
-        timings["record_sim_s"] = _record(sim, out / "data_sim", args.demos, ("cam_high",), args.image_size,
-                                          physics=args.physics, seed=50_000)
+        t = _record(sim, out / "data_sim", args.demos, ("cam_high",), args.image_size, physics=args.physics,
+                    seed=50_000)
+        timings.setdefault("record_sim_s", t)
 
     rows = {
         "a": ("ACT, stand-in demos, 3 cameras", out / "data_standin", cams_a),
@@ -113,40 +118,39 @@ def main() -> None:
         "c": ("ACT, sim demos, cam_high" + (" (calibrated physics)" if args.physics else " (nominal physics)"),
               out / "data_sim", ("cam_high",)),
     }
-    for key in ("a", "b", "c"):
-        if key not in args.rows and not (key == "c" and "d" in args.rows):
-            continue
-        name, data, cams = rows[key]
-        t = _train(data, out / f"act_{key}", cams, args)
-        ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args) if key in args.rows else None
-        if ev:
-            results[key] = {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
-                            "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
-                            "steps": args.steps}
-    if "d" in args.rows:
-        tpo_out = out / "tpo_d"
-        t0 = time.time()
-        log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
-                                  iterations=args.tpo_iterations, rollouts=args.tpo_rollouts, pairs=args.tpo_pairs,
-                                  epochs=args.tpo_epochs, physics=args.physics, num_threads=args.threads))
-        tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log) or (time.time() - t0)
-        ev = _eval(tpo_out, real, out / "eval_d.json", args)
-        results["d"] = {"row": "(c) after TPO", "success_rate": ev["success_rate"], "ci95": ev["ci95"],
-                        "episodes": ev["episodes"], "mean_return": ev["mean_return"],
-                        "train_time_s": results.get("c", {}).get("train_time_s", 0.0) + tpo_time,
-                        "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
-                                "pairs": args.tpo_pairs, "epochs": args.tpo_epochs}}
     results["_settings"] = {"task": args.task, "demos": args.demos, "image_size": args.image_size,
                             "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
                             "timings": timings}
-    tmp = results_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, results_path)
+    for key in args.rows:  # in the order given; results are saved after every row
+        if key in ("a", "b", "c"):
+            name, data, cams = rows[key]
+            t = _train(data, out / f"act_{key}", cams, args)
+            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
+            results[key] = {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+                            "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
+                            "steps": args.steps}
+        elif key == "d":
+            t_c = _train(out / "data_sim", out / "act_c", ("cam_high",), args)
+            tpo_out = out / "tpo_d"
+            log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
+                                      iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
+                                      pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
+                                      num_threads=args.threads))
+            tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
+            ev = _eval(tpo_out, real, out / "eval_d.json", args)
+            results["d"] = {"row": "(c) after TPO", "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+                            "episodes": ev["episodes"], "mean_return": ev["mean_return"],
+                            "train_time_s": t_c + tpo_time, "tpo_time_s": tpo_time,
+                            "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
+                                    "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
+                                    "rollout_success": [r["rollout_success_rate"] for r in log],
+                                    "score_mean": [r["score_mean"] for r in log]}}
+        _save(results, results_path)
     _plot(results, out / "policies.png", args.task)
     if args.figure:
         Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(out / "policies.png", args.figure)
-    print(f"| row | success on the stand-in (95 % CI) | mean return | training time |")
+    print("| row | success on the stand-in (95 % CI) | mean return | training time |")
     print("|---|---|---|---|")
     for key in ("a", "b", "c", "d"):
         if key in results:
@@ -154,6 +158,12 @@ def main() -> None:
             lo, hi = r["ci95"]
             print(f"| ({key}) {r['row']} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}), n={r['episodes']} | "
                   f"{r['mean_return']:.1f} | {r['train_time_s'] / 60:.1f} min |")
+
+
+def _save(results: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
 
 
 def _plot(results: dict, png: Path, task: str) -> None:
