@@ -235,3 +235,43 @@ def test_sb3_model_loads_as_agent_and_evaluates(tmp_path):
     r = evaluate(agent, env, episodes=1, seed=0, progress=False)
     env.close()
     assert r.episodes == 1 and r.per_episode[0].length == 200
+
+
+# ----------------------------------------------------------------------------- LeRobot's own tools
+def test_lerobot_env_config_follows_lerobot_conventions(tiny_act):
+    """What lerobot-eval does with our env config: vector env with same-step autoreset, LeRobot's
+    observation preprocessing, the policy's processors, is_success and the task description."""
+    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.utils import env_to_policy_features, preprocess_observation
+
+    from embodied_gym.policies.lerobot_env import EmbodiedGymEnvConfig
+
+    assert EnvConfig.get_choice_class("embodied_gym") is EmbodiedGymEnvConfig
+    cfg = EmbodiedGymEnvConfig(task="PickCup", cameras=["cam_high"], image_height=48, image_width=64)
+    feats = env_to_policy_features(cfg)
+    assert feats["observation.images.cam_high"].shape == (3, 48, 64) and feats["observation.state"].shape == (14,)
+    vec = cfg.create_envs(n_envs=1)["embodied_gym"][0]
+    assert vec.metadata["autoreset_mode"].name == "SAME_STEP"
+    assert list(vec.call("task_description")) == ["Grab the paper cup and lift it."]
+    obs, _ = vec.reset(seed=0)
+    batch = preprocess_observation(obs)
+    assert set(batch) == {"observation.images.cam_high", "observation.state"}
+    agent = ACTAgent(tiny_act[0])
+    action = agent.post(agent.policy.select_action(agent.pre(batch))).numpy()
+    obs, reward, terminated, truncated, info = vec.step(action)
+    assert action.shape == (1, 14) and "is_success" in info
+    vec.close()
+
+
+def test_lerobot_training_pipeline_reads_our_dataset(tiny_dataset):
+    """lerobot-train's data path: ACT's delta timestamps resolved against our dataset's metadata."""
+    from lerobot.datasets import LeRobotDataset
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    meta_ds = LeRobotDataset("embodied_gym/ds", root=tiny_dataset, video_backend="pyav")
+    deltas = resolve_delta_timestamps(ACTConfig(chunk_size=5, n_action_steps=5), meta_ds.meta)
+    ds = LeRobotDataset("embodied_gym/ds", root=tiny_dataset, video_backend="pyav", delta_timestamps=deltas)
+    item = ds[len(ds) - 2]
+    assert item["action"].shape == (5, 14) and item["action_is_pad"].tolist() == [False, False, True, True, True]
+    assert item["observation.images.cam_high"].shape == (3, 48, 64)

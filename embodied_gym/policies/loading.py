@@ -105,7 +105,7 @@ class ACTAgent:
         # Render at the size the training frames were recorded at, so resizing matches training.
         recorded = (self.meta or {}).get("recorded_image_size")
         self.requirements = EnvRequirements(obs_type="pixels_state", cameras=self.cameras, control_mode="joint_pos",
-                                            image_size=tuple(recorded) if recorded else None)
+                                            image_size=tuple(recorded) if recorded else self.image_size)
         self.policy.reset()
 
     def reset(self) -> None:
