@@ -146,10 +146,10 @@ def main() -> None:
                                     "rollout_success": [r["rollout_success_rate"] for r in log],
                                     "score_mean": [r["score_mean"] for r in log]}}
         _save(results, results_path)
-    _plot(results, out / "policies.png", args.task)
-    if args.figure:
-        Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(out / "policies.png", args.figure)
+        _plot(results, out / "policies.png", args.task)
+        if args.figure:
+            Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out / "policies.png", args.figure)
     print("| row | success on the stand-in (95 % CI) | mean return | training time |")
     print("|---|---|---|---|")
     for key in ("a", "b", "c", "d"):
