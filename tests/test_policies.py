@@ -275,3 +275,20 @@ def test_lerobot_training_pipeline_reads_our_dataset(tiny_dataset):
     item = ds[len(ds) - 2]
     assert item["action"].shape == (5, 14) and item["action_is_pad"].tolist() == [False, False, True, True, True]
     assert item["observation.images.cam_high"].shape == (3, 48, 64)
+
+
+def test_reach_stage_wrapper_observation_and_reward():
+    from embodied_gym.policies.rl import make_reach_env
+
+    env = make_reach_env("PickCup", max_episode_steps=40)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and obs["reach_vector"].shape == (6,)
+    d0 = info["reach_distance"]
+    arm = int(np.argmin(np.linalg.norm(obs["reach_vector"].reshape(2, 3), axis=1)))
+    for _ in range(10):  # a proportional controller on the offered offset closes in: the signal is usable
+        action = np.zeros(14, np.float32)
+        action[7 * arm:7 * arm + 3] = np.clip(obs["reach_vector"].reshape(2, 3)[arm] / 0.01, -1, 1)
+        action[7 * arm + 6] = 1.0
+        obs, reward, terminated, truncated, info = env.step(action)
+    env.close()
+    assert reward == pytest.approx(-info["reach_distance"]) and info["reach_distance"] < d0 - 0.05
