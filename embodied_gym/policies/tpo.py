@@ -32,7 +32,6 @@ Outputs in ``out``: ``checkpoints/<iteration>/`` (a loadable policy, as ``train 
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
