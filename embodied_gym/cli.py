@@ -8,7 +8,9 @@ import os
 import sys
 import time
 
-from embodied_gym.visaligner.cli import add_commands as add_visaligner_commands
+# Subsystem commands; light to import: their heavy imports live in the handlers.
+from embodied_gym.policies import cli as policies_cli
+from embodied_gym.visaligner import cli as visaligner_cli
 
 
 def _cmd_demo(args) -> int:
@@ -96,8 +98,30 @@ def _load_policy(spec: str, env):
 
     if spec == "expert":
         return embodied_gym.make_expert(env)
-    raise SystemExit(f"embodied-gym: cannot load policy {spec!r}: this release records with the scripted "
-                     f"expert only (--policy expert); trained-policy checkpoints come with the policies milestone")
+    from embodied_gym.policies.loading import load_agent
+
+    try:
+        agent = load_agent(spec)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"embodied-gym: {e}") from None
+    need, have = agent.requirements, env.unwrapped
+    if need.control_mode != have.control_mode or not set(need.cameras) <= set(have.cameras):
+        raise SystemExit(f"embodied-gym: policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
+                         f"{list(need.cameras)}; record with --cameras {' '.join(need.cameras) or 'cam_high'}")
+    agent.reset()
+    return _ResettingAgent(agent)
+
+
+class _ResettingAgent:
+    """Calls the agent's ``reset()`` when a new episode starts (``info["step"] == 0``)."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def __call__(self, obs, info):
+        if info.get("step") == 0:
+            self.agent.reset()
+        return self.agent(obs, info)
 
 
 def _cmd_record(args) -> int:
@@ -217,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rec = sub.add_parser("record", help="record episodes into a local LeRobotDataset v3.0")
     rec.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
-    rec.add_argument("--policy", default="expert", help="'expert' (the scripted expert)")
+    rec.add_argument("--policy", default="expert", help="'expert' (the scripted expert), an ACT folder or an SB3 .zip")
     rec.add_argument("--episodes", type=int, default=50)
     rec.add_argument("--out", required=True, help="dataset folder")
     rec.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
@@ -259,7 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
     cal.set_defaults(func=_cmd_calibrate)
-    add_visaligner_commands(sub)
+    visaligner_cli.add_commands(sub)  # visaligner train|render
+    policies_cli.add_commands(sub)  # train act|tpo, eval
     return p
 
 

@@ -1,0 +1,194 @@
+"""The paper's policy experiment (SPEC §4) against the stand-in robot, CPU-sized.
+
+Rows (all evaluated on the stand-in robot, ``EmbodieDreamer-<Task>-Real-v0``):
+
+(a) ACT on ``--demos`` stand-in demonstrations, three cameras (cam_high + both wrists)
+(b) the same, cam_high only
+(c) ACT, cam_high only, trained on sim demonstrations (calibrated physics with ``--physics``;
+    VisAligner frames with ``--visaligner``, else plain sim renders)
+(d) (c) after TPO in the same sim
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench_policies \
+        [--physics result.json] [--visaligner DIR] [--steps 2000] [--eval-episodes 50]
+
+Every stage is skipped when its output exists, so an interrupted run resumes. Results go to
+``<out>/results.json`` and a bar chart with Wilson 95 % intervals to ``<out>/policies.png``
+(``--figure`` copies it, e.g. to benchmarks/figures/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import embodied_gym  # noqa: F401  (registers the ids)
+from embodied_gym.data.recording import record
+from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
+from embodied_gym.policies.evaluate import evaluate_policy
+from embodied_gym.policies.loading import ExpertAgent, make_env_for
+from embodied_gym.policies.tpo import TPOConfig, train_tpo
+
+THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
+
+
+def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics=None, seed=0) -> float:
+    have = 0
+    if (root / "meta" / "info.json").exists():
+        have = json.loads((root / "meta" / "info.json").read_text())["total_episodes"]
+        if have >= episodes:
+            return float("nan")
+    agent = ExpertAgent()
+    env = make_env_for(agent, env_id, physics=physics, obs_type="pixels_state", cameras=tuple(cameras),
+                       image_size=tuple(image_size))
+    t0 = time.time()
+    try:
+        record(env, agent, root, episodes - have, seed=seed, env_id=env_id, resume=have > 0)
+    finally:
+        env.close()
+    return time.time() - t0
+
+
+def _train(dataset: Path, out: Path, cameras, args) -> float:
+    ckpt = latest_checkpoint(out)
+    done = ckpt is not None and int(ckpt.name) >= args.steps
+    if done:
+        return json.loads((out / "timing.json").read_text())["train_time_s"]
+    r = train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
+                                 steps=args.steps, resume=ckpt is not None, num_threads=args.threads,
+                                 save_every=max(100, args.steps // 4)))
+    prev = json.loads((out / "timing.json").read_text())["train_time_s"] if (out / "timing.json").exists() else 0.0
+    total = prev + r.train_time_s
+    (out / "timing.json").write_text(json.dumps({"train_time_s": total}))
+    return total
+
+
+def _eval(policy: Path, env_id: str, out: Path, args) -> dict:
+    if not out.exists():
+        evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out))
+    return json.loads(out.read_text())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", default="PickCup")
+    p.add_argument("--out", default="runs/bench_policies")
+    p.add_argument("--demos", type=int, default=50)
+    p.add_argument("--image-size", nargs=2, type=int, default=[72, 96])
+    p.add_argument("--steps", type=int, default=2000, help="ACT steps per row (cpu preset)")
+    p.add_argument("--eval-episodes", type=int, default=50)
+    p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
+    p.add_argument("--physics", help="PhysAligner result JSON for the aligned sim (rows c, d)")
+    p.add_argument("--visaligner", help="VisAligner model folder (rows c, d)")
+    p.add_argument("--tpo-iterations", type=int, default=2)
+    p.add_argument("--tpo-rollouts", type=int, default=8)
+    p.add_argument("--tpo-pairs", type=int, default=4)
+    p.add_argument("--tpo-epochs", type=int, default=5)
+    p.add_argument("--rows", nargs="+", default=["a", "b", "c", "d"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--figure", help="also copy the figure here")
+    args = p.parse_args()
+    if args.visaligner:
+        raise SystemExit("rows c/d with --visaligner need sim demonstrations rendered through VisAligner; "
+                         "that generation path comes with issue 5 and is not wired here yet")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    real = f"EmbodieDreamer-{args.task}-Real-v0"
+    sim = f"EmbodieDreamer-{args.task}-v0"
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    timings = results.get("_settings", {}).get("timings", {})
+    cams_a = THREE if "a" in args.rows else ("cam_high",)  # row (b) uses cam_high of the same recording
+
+    if {"a", "b"} & set(args.rows):
+        t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
+        timings.setdefault("record_standin_s", t)
+    if {"c", "d"} & set(args.rows):
+        t = _record(sim, out / "data_sim", args.demos, ("cam_high",), args.image_size, physics=args.physics,
+                    seed=50_000)
+        timings.setdefault("record_sim_s", t)
+
+    rows = {
+        "a": ("ACT, stand-in demos, 3 cameras", out / "data_standin", cams_a),
+        "b": ("ACT, stand-in demos, cam_high", out / "data_standin", ("cam_high",)),
+        "c": ("ACT, sim demos, cam_high" + (" (calibrated physics)" if args.physics else " (nominal physics)"),
+              out / "data_sim", ("cam_high",)),
+    }
+    results["_settings"] = {"task": args.task, "demos": args.demos, "image_size": args.image_size,
+                            "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
+                            "timings": timings}
+    for key in args.rows:  # in the order given; results are saved after every row
+        if key in ("a", "b", "c"):
+            name, data, cams = rows[key]
+            t = _train(data, out / f"act_{key}", cams, args)
+            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
+            results[key] = {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+                            "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
+                            "steps": args.steps}
+        elif key == "d":
+            t_c = _train(out / "data_sim", out / "act_c", ("cam_high",), args)
+            tpo_out = out / "tpo_d"
+            log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
+                                      iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
+                                      pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
+                                      num_threads=args.threads))
+            tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
+            ev = _eval(tpo_out, real, out / "eval_d.json", args)
+            results["d"] = {"row": "(c) after TPO", "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+                            "episodes": ev["episodes"], "mean_return": ev["mean_return"],
+                            "train_time_s": t_c + tpo_time, "tpo_time_s": tpo_time,
+                            "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
+                                    "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
+                                    "rollout_success": [r["rollout_success_rate"] for r in log],
+                                    "score_mean": [r["score_mean"] for r in log]}}
+        _save(results, results_path)
+        _plot(results, out / "policies.png", args.task)
+        if args.figure:
+            Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(out / "policies.png", args.figure)
+    print("| row | success on the stand-in (95 % CI) | mean return | training time |")
+    print("|---|---|---|---|")
+    for key in ("a", "b", "c", "d"):
+        if key in results:
+            r = results[key]
+            lo, hi = r["ci95"]
+            print(f"| ({key}) {r['row']} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}), n={r['episodes']} | "
+                  f"{r['mean_return']:.1f} | {r['train_time_s'] / 60:.1f} min |")
+
+
+def _save(results: dict, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
+
+
+def _plot(results: dict, png: Path, task: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in ("a", "b", "c", "d") if k in results]
+    if not keys:
+        return
+    rates = [results[k]["success_rate"] for k in keys]
+    err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)], [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color="#4c78a8")
+    ax.set_xticks(range(len(keys)), [f"({k})" for k in keys])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("success on the stand-in robot")
+    ax.set_title(f"{task}: ACT rows of SPEC §4 (stand-in, Wilson 95 % CI)")
+    for i, k in enumerate(keys):
+        ax.text(i, 0.02, results[k]["row"], rotation=90, ha="center", va="bottom", fontsize=7, color="white")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Evaluate an agent on an env id: success rate with a Wilson 95 % interval, returns, lengths.
+
+Episode ``i`` is reset with seed ``seed + i``, so two evaluations with the same seed see the same
+start states (on sim ids; a Real id's robot adds its own noise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95 % by default); (0, 1) for n = 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EpisodeResult:
+    episode: int
+    seed: int
+    success: bool
+    ret: float
+    length: int
+    final_reward: float
+    physics_error: str | None = None
+    video: str | None = None
+
+
+@dataclass
+class EvalResult:
+    env_id: str
+    policy: str
+    episodes: int
+    seed: int
+    success_rate: float
+    ci95: tuple[float, float]
+    mean_return: float
+    mean_length: float
+    wall_time_s: float
+    per_episode: list[EpisodeResult] = field(default_factory=list)
+    visaligner: str | None = None
+    physics: str | None = None
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["ci95"] = list(self.ci95)
+        d["lengths"] = [e.length for e in self.per_episode]
+        return d
+
+    def summary(self) -> str:
+        lo, hi = self.ci95
+        return (f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
+                f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps")
+
+
+def run_episode(env, agent, seed: int, frames: list | None = None, camera: str | None = None):
+    """One episode; returns (success, return, length, final reward, physics error)."""
+    agent.reset()
+    obs, info = env.reset(seed=seed)
+    if frames is not None:
+        frames.append(_frame(env, obs, camera))
+    ret, length, reward = 0.0, 0, 0.0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(agent(obs, info))
+        ret += float(reward)
+        length += 1
+        if frames is not None and length % 2 == 0:
+            frames.append(_frame(env, obs, camera))
+        if terminated or truncated:
+            break
+    return bool(info.get("is_success")), ret, length, float(reward), info.get("physics_error")
+
+
+def _frame(env, obs, camera):
+    if camera and camera in obs:
+        return obs[camera]
+    return env.render()
+
+
+def evaluate(agent, env, episodes: int = 50, seed: int = 0, *, env_id: str = "", policy_name: str = "",
+             videos: str | os.PathLike | None = None, video_episodes: int = 3, progress: bool = True,
+             visaligner: str | None = None, physics: str | None = None) -> EvalResult:
+    """Run ``episodes`` episodes of ``agent`` in ``env``; videos of the first ``video_episodes``."""
+    from tqdm import tqdm
+
+    from embodied_gym.video import write_mp4
+
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1")
+    rows: list[EpisodeResult] = []
+    t0 = time.time()
+    camera = None
+    if videos:
+        Path(videos).mkdir(parents=True, exist_ok=True)
+        cams = getattr(env.unwrapped, "cameras", ())
+        camera = cams[0] if cams else None
+    bar = tqdm(range(episodes), desc=f"eval {env_id or 'env'}", unit="ep", disable=not progress)
+    for i in bar:
+        frames = [] if videos and i < video_episodes else None
+        success, ret, length, last_r, err = run_episode(env, agent, seed + i, frames, camera)
+        video = None
+        if frames:
+            video = str(Path(videos) / f"episode_{i:03d}_{'success' if success else 'failure'}.mp4")
+            write_mp4(video, frames, fps=25)
+        rows.append(EpisodeResult(i, seed + i, success, ret, length, last_r, err, video))
+        bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
+    k = sum(r.success for r in rows)
+    return EvalResult(env_id=env_id, policy=policy_name, episodes=episodes, seed=seed, success_rate=k / episodes,
+                      ci95=wilson_interval(k, episodes), mean_return=float(np.mean([r.ret for r in rows])),
+                      mean_length=float(np.mean([r.length for r in rows])), wall_time_s=time.time() - t0,
+                      per_episode=rows, visaligner=visaligner, physics=physics)
+
+
+def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0, *, visaligner: str | None = None,
+                    physics: str | None = None, robot_config: str | None = None, out: str | None = None,
+                    videos: str | None = None, temporal_ensemble_coeff: float | None = None,
+                    control_mode: str | None = None, progress: bool = True) -> EvalResult:
+    """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`), make ``env_id`` for it,
+    evaluate, and write ``out`` (JSON) when given."""
+    from embodied_gym.policies.loading import load_agent, make_env_for
+
+    agent = load_agent(policy, temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode)
+    env = make_env_for(agent, env_id, physics=physics, visaligner=visaligner, robot_config=robot_config,
+                       render_mode="rgb_array" if videos else None)
+    try:
+        result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
+                          progress=progress, visaligner=visaligner, physics=physics)
+    finally:
+        env.close()
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(str(out) + ".tmp")
+        tmp.write_text(json.dumps(result.to_json(), indent=2))
+        os.replace(tmp, out)
+    return result

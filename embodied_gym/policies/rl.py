@@ -1,0 +1,69 @@
+"""A reach stage of our tasks for reinforcement learning from state (stable-baselines3 and the like).
+
+Learning a whole pick-and-place from state alone is out of reach of a CPU budget, and the task
+envs' state observation (joint positions and velocities) does not say where the object is. The
+reach stage is the first stage of every task's dense reward: the observation gains the
+(privileged, sim-only) reach point and the reward is minus the gripper's distance to it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+# Offsets (m) from an object's base frame to the point its reach term measures (see envs/tasks.py).
+_REACH_OBJECT = {"PickCup": ("cup", 0.05), "PenInCup": ("pen", 0.006), "RemoteInBox": ("remote", 0.02),
+                 "CupOnMat": ("cup", 0.05)}
+
+
+class ReachStageWrapper(gym.Wrapper):
+    """The reach stage of a task env made with ``obs_type="state"``.
+
+    Observation space: the env's ``Dict`` plus ``reach_target`` (3, float32), the world position
+    of the point the task's reach term measures (e.g. 3 cm below the paper cup's rim; privileged
+    sim state), and ``reach_vector`` (6, float32), that point minus each arm's TCP position (the
+    TCPs follow from the joint positions by forward kinematics, so a real robot knows them too).
+    Reward: ``-d`` per step, d (m) the distance from the nearest TCP to the reach point. The task's
+    own reach term 1 - tanh(10 d) is almost flat at the start distance (~0.3 m: 0.007), which
+    starves small CPU budgets of signal; -d is linear everywhere. ``info["reach_distance"]`` is d.
+    Actions, termination and truncation are the env's (make the env with a short
+    ``max_episode_steps``, e.g. 40).
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        task = env.unwrapped.task.name
+        if task not in _REACH_OBJECT:
+            raise ValueError(f"no reach stage for task {task!r}; tasks: {sorted(_REACH_OBJECT)}")
+        self._object, self._dz = _REACH_OBJECT[task]
+        spaces = dict(env.observation_space.spaces)
+        spaces["reach_target"] = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+        spaces["reach_vector"] = gym.spaces.Box(-4.0, 4.0, (6,), np.float32)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def _augment(self, obs, info):
+        target = np.asarray(info["object_poses"][self._object][:3], np.float64) + (0.0, 0.0, self._dz)
+        tcp = np.asarray(info["tcp_poses"])[:, :3]
+        info["reach_distance"] = float(np.min(np.linalg.norm(tcp - target, axis=1)))
+        return dict(obs, reach_target=target.astype(np.float32),
+                    reach_vector=(target - tcp).astype(np.float32).ravel()), info
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._augment(obs, info)
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = self.env.step(action)
+        if "physics_error" in info:
+            zeros = {"reach_target": np.zeros(3, np.float32), "reach_vector": np.zeros(6, np.float32)}
+            return dict(obs, **zeros), -1.0, terminated, truncated, info
+        obs, info = self._augment(obs, info)
+        return obs, -info["reach_distance"], terminated, truncated, info
+
+
+def make_reach_env(task: str = "PickCup", max_episode_steps: int = 40, **kwargs) -> gym.Env:
+    """``EmbodieDreamer-<task>-v0`` with state observations and ``ee_delta`` control, reach stage."""
+    import embodied_gym
+
+    kwargs = {"obs_type": "state", "control_mode": "ee_delta", **kwargs}
+    return ReachStageWrapper(gym.make(embodied_gym.env_id(task), max_episode_steps=max_episode_steps, **kwargs))

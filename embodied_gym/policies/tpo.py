@@ -1,0 +1,314 @@
+"""TPO: trajectory-wise preference optimisation of an ACT policy in the (aligned) simulator (SPEC §3).
+
+One iteration:
+
+1. Roll the current policy out ``rollouts`` times (episode ``i`` of iteration ``k`` reset with seed
+   ``seed + 1000 k + i``) in the sim env, with calibrated physics (``physics``) and VisAligner
+   observations (``visaligner``) when given.
+2. Score each trajectory (:mod:`embodied_gym.policies.scoring`: success plus the end-effector's
+   closeness to the task target) and pair the i-th best with the i-th worst: top ``M`` as
+   preferred, bottom ``M`` as rejected (``M`` = ``pairs``, 25 by default).
+3. For ``epochs`` epochs minimise, over the pairs,
+   ``L = -log σ(β·[(log π_θ(τ_w) - log π_ref(τ_w)) - (log π_θ(τ_l) - log π_ref(τ_l))])``
+   with π_ref a frozen copy of the starting (SFT) policy.
+
+**ACT's likelihood.** ACT is deterministic and trained with L1, so we treat it as the Laplace
+policy ``π(a | o) = Π_d Laplace(a_d; â_d(o), b)`` in LeRobot's *normalised* action units
+(mean/std of the dataset), with ``b`` = ``laplace_scale`` (0.1 by default: a tenth of a joint's
+standard deviation over the demonstrations), so
+``log π(a | o) = -‖a - â(o)‖₁ / b - 14·log(2b)``.
+With action chunking the policy is queried every ``n_action_steps`` steps; the action executed
+at step ``s + j`` is element ``j`` of the chunk predicted at ``o_s``, and that element is the
+``â`` its likelihood uses (with temporal ensembling, ``n_action_steps`` = 1: element 0 at every step).
+``log π(τ)`` sums over every executed step. Rollouts *sample* this policy (Laplace noise of scale
+``b`` added to each executed action in normalised units): a deterministic rollout would make every
+executed action equal to ``â`` and the L1 likelihood's gradient zero. ``â`` is computed with ACT's
+inference path (latent zero, dropout off) and gradients on.
+
+Outputs in ``out``: ``checkpoints/<iteration>/`` (a loadable policy, as ``train act`` writes),
+``tpo_log.jsonl`` (per iteration: scores, rollout success, loss, optional greedy evaluation) and
+``tpo.png``. A rerun with the same ``out`` resumes after the last finished iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from embodied_gym.policies.act import POLICY_META, latest_checkpoint, save_checkpoint
+from embodied_gym.policies.scoring import target_distance, trajectory_score
+
+
+@dataclass
+class TPOConfig:
+    """One TPO run (defaults: SPEC §3, GRAPE's β)."""
+
+    policy: str
+    env_id: str
+    out: str
+    iterations: int = 3
+    rollouts: int | None = None  # per iteration; default 2 * pairs
+    pairs: int = 25  # M
+    beta: float = 0.1
+    epochs: int = 80
+    lr: float = 1e-5
+    batch_size: int = 8  # pairs per gradient step
+    laplace_scale: float = 0.1  # b, normalised action units
+    physics: str | None = None
+    visaligner: str | None = None
+    seed: int = 0
+    eval_episodes: int = 0
+    num_threads: int | None = None
+    progress: bool = True
+
+    def n_rollouts(self) -> int:
+        return self.rollouts if self.rollouts is not None else 2 * self.pairs
+
+
+@dataclass
+class Trajectory:
+    """What TPO needs of one rollout: the observations where the policy was queried and the
+    actions executed from each of those queries."""
+
+    seed: int
+    states: torch.Tensor  # (Q, 14) at each query step
+    images: dict[str, torch.Tensor]  # key -> (Q, 3, h, w) uint8
+    actions: torch.Tensor  # (Q, k, 14) executed actions (joint targets), padded
+    mask: torch.Tensor  # (Q, k) bool, True where an action was executed
+    success: bool
+    distance: float
+    score: float
+    ret: float
+    length: int
+
+
+# ----------------------------------------------------------------------------- the loss
+def tpo_loss(logp_w: torch.Tensor, ref_logp_w: torch.Tensor, logp_l: torch.Tensor, ref_logp_l: torch.Tensor,
+             beta: float) -> torch.Tensor:
+    """Mean over pairs of ``-log σ(β·[(log π_θ(τ_w) - log π_ref(τ_w)) - (log π_θ(τ_l) - log π_ref(τ_l))])``."""
+    margin = (logp_w - ref_logp_w) - (logp_l - ref_logp_l)
+    return -torch.nn.functional.logsigmoid(beta * margin).mean()
+
+
+def preference_pairs(scores, m: int) -> list[tuple[int, int]]:
+    """Indices ``(preferred, rejected)``: the i-th best trajectory with the i-th worst, top ``m`` vs
+    bottom ``m`` (``m`` is capped at half the trajectories). Ties keep rollout order."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties in rollout order
+    m = min(m, len(scores) // 2)
+    top, bottom = order[:m], order[::-1][:m]
+    return [(w, l) for w, l in zip(top, bottom) if scores[w] > scores[l]]
+
+
+def laplace_log_prob(actions_norm: torch.Tensor, predicted_norm: torch.Tensor, mask: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """Sum of ``log Laplace(a; â, b)`` over masked steps and all action dims: (B, k, D) -> (B,)."""
+    d = actions_norm.shape[-1]
+    per_step = -(actions_norm - predicted_norm).abs().sum(-1) / scale - d * math.log(2 * scale)
+    return (per_step * mask).sum(-1)
+
+
+class ACTLikelihood:
+    """``log π(τ)`` of an ACT policy for stored trajectories (see the module docstring)."""
+
+    def __init__(self, policy, preprocessor, scale: float):
+        self.policy, self.pre, self.scale = policy, preprocessor, scale
+
+    def chunk_predictions(self, states, images: dict, actions):
+        """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows."""
+        batch = {"observation.state": states, "action": actions}
+        batch.update({k: v.float() / 255.0 for k, v in images.items()})
+        batch = self.pre(batch)
+        actions_norm = batch.pop("action")
+        batch["observation.images"] = [batch[k] for k in self.policy.config.image_features]
+        predicted = self.policy.model(batch)[0]  # inference path: no "action" key -> latent 0
+        k = actions_norm.shape[1]
+        return actions_norm, predicted[:, :k]
+
+    def log_prob(self, traj: Trajectory) -> torch.Tensor:
+        a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions)
+        return laplace_log_prob(a, pred, traj.mask.float(), self.scale).sum()
+
+
+# ----------------------------------------------------------------------------- rollouts
+def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Generator) -> Trajectory:
+    """One episode of ``agent`` (an :class:`~embodied_gym.policies.loading.ACTAgent`) sampling
+    its Laplace policy; stores the query observations and the executed actions."""
+    policy, k = agent.policy, agent.policy.config.n_action_steps
+    std = _action_std(agent)
+    obs, info = env.reset(seed=seed)
+    start_info = info
+    states, images, chunks, masks = [], {f"observation.images.{c}": [] for c in agent.cameras}, [], []
+    ret, length, done = 0.0, 0, False
+    while not done:
+        raw = agent.observation_batch(obs)
+        with torch.no_grad():
+            pred = agent.post(policy.predict_action_chunk(agent.pre(raw)))[0, :k].cpu().numpy()
+        states.append(raw["observation.state"][0])
+        for key in images:
+            images[key].append((raw[key][0] * 255.0).round().to(torch.uint8))
+        executed = np.zeros((k, 14), np.float32)
+        mask = np.zeros(k, bool)
+        for j in range(k):
+            noise = rng.laplace(0.0, scale, size=14) * std
+            action = (pred[j] + noise).astype(np.float32)
+            obs, reward, terminated, truncated, info = env.step(action)
+            executed[j] = env.unwrapped.commanded_targets  # after clipping to the joint limits
+            mask[j] = True
+            ret += float(reward)
+            length += 1
+            if terminated or truncated:
+                done = True
+                break
+        chunks.append(torch.as_tensor(executed))
+        masks.append(torch.as_tensor(mask))
+    success = bool(info.get("is_success"))
+    dist = target_distance(task, start_info, info)
+    return Trajectory(seed=seed, states=torch.stack(states), images={k_: torch.stack(v) for k_, v in images.items()},
+                      actions=torch.stack(chunks), mask=torch.stack(masks), success=success, distance=dist,
+                      score=trajectory_score(success, dist), ret=ret, length=length)
+
+
+def _action_std(agent) -> np.ndarray:
+    """The dataset's action std (the normaliser's), to turn normalised noise into joint units."""
+    for step in agent.post.steps:
+        stats = getattr(step, "stats", None)
+        if stats and "action" in stats and "std" in stats["action"]:
+            return np.asarray(torch.as_tensor(stats["action"]["std"]).cpu(), dtype=np.float32)
+    raise RuntimeError("the policy's postprocessor has no action std; TPO needs a MEAN_STD-normalised ACT")
+
+
+# ----------------------------------------------------------------------------- the loop
+def train_tpo(cfg: TPOConfig) -> list[dict]:
+    """Run (or resume) the TPO loop; returns the per-iteration log."""
+    from tqdm import tqdm
+
+    from lerobot.optim.optimizers import load_optimizer_state
+
+    from embodied_gym.policies.evaluate import evaluate
+    from embodied_gym.policies.loading import ACTAgent, make_env_for
+
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if "-Real-" in cfg.env_id:
+        raise ValueError("TPO rolls out in the simulator (it scores trajectories from sim state); use a sim id, e.g. "
+                         + cfg.env_id.replace("-Real", ""))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "tpo_log.jsonl"
+    log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
+    last = latest_checkpoint(out)
+    start_iter = json.loads((last / "training_state" / "training_step.json").read_text())["step"] if last else 0
+    log = [row for row in log if row["iteration"] <= start_iter]
+
+    agent = ACTAgent(last if last else cfg.policy)
+    reference = ACTAgent(cfg.policy).policy  # π_ref: the starting policy, frozen
+    reference.eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    policy = agent.policy
+    task = cfg.env_id.split("-")[1]
+    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    if last:
+        optimizer = load_optimizer_state(optimizer, last / "training_state")
+    meta = json.loads((agent.path / POLICY_META).read_text()) if (agent.path / POLICY_META).exists() else {}
+    meta.update({"tpo": asdict(cfg)})
+    likelihood = ACTLikelihood(policy, agent.pre, cfg.laplace_scale)
+    ref_likelihood = ACTLikelihood(reference, agent.pre, cfg.laplace_scale)
+
+    try:
+        for it in range(start_iter, cfg.iterations):
+            t0 = time.time()
+            rng = np.random.default_rng(cfg.seed + 7919 * it)
+            policy.eval()
+            trajs = []
+            for i in tqdm(range(cfg.n_rollouts()), desc=f"tpo {it + 1}/{cfg.iterations} rollouts", unit="ep",
+                          disable=not cfg.progress):
+                agent.reset()
+                trajs.append(rollout(agent, env, task, cfg.seed + 1000 * it + i, cfg.laplace_scale, rng))
+            scores = [t.score for t in trajs]
+            pairs = preference_pairs(scores, cfg.pairs)
+            t_roll = time.time() - t0
+            with torch.no_grad():
+                ref_logp = [ref_likelihood.log_prob(t) for t in trajs]
+            losses, margins = [], []
+            # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
+            policy.eval()
+            bar = tqdm(range(cfg.epochs), desc=f"tpo {it + 1}/{cfg.iterations} epochs", unit="epoch",
+                       disable=not cfg.progress or not pairs)
+            for _ in bar if pairs else []:
+                perm = torch.randperm(len(pairs), generator=generator).tolist()
+                for s in range(0, len(perm), cfg.batch_size):
+                    chosen = [pairs[j] for j in perm[s:s + cfg.batch_size]]
+                    lw = torch.stack([likelihood.log_prob(trajs[w]) for w, _ in chosen])
+                    ll = torch.stack([likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
+                    rw = torch.stack([ref_logp[w] for w, _ in chosen])
+                    rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
+                    loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
+                    optimizer.step()
+                    losses.append(loss.item())
+                    margins.append(float(((lw - rw) - (ll - rl)).mean()))
+                bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size):]):.4f}")
+            row = {
+                "iteration": it + 1, "rollouts": len(trajs), "pairs": len(pairs),
+                "rollout_success_rate": float(np.mean([t.success for t in trajs])),
+                "scores": scores, "score_mean": float(np.mean(scores)),
+                "score_quantiles": [float(q) for q in np.quantile(scores, [0.0, 0.25, 0.5, 0.75, 1.0])],
+                "distance_mean_m": float(np.mean([t.distance for t in trajs])),
+                "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+                "margin_last": margins[-1] if margins else None,
+                "rollout_time_s": t_roll, "train_time_s": time.time() - t0 - t_roll,
+            }
+            if cfg.eval_episodes:
+                policy.eval()
+                r = evaluate(agent, env, cfg.eval_episodes, seed=10_000, env_id=cfg.env_id, progress=cfg.progress)
+                row.update(eval_success_rate=r.success_rate, eval_ci95=list(r.ci95))
+            save_checkpoint(out, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
+            log.append(row)
+            tmp = log_path.with_name(log_path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r_) + "\n" for r_ in log))
+            os.replace(tmp, log_path)
+            plot_tpo_log(log, out / "tpo.png")
+    finally:
+        env.close()
+    return log
+
+
+def plot_tpo_log(log: list[dict], png: Path) -> None:
+    """Score distribution (box per iteration) and success rate per iteration."""
+    if not log:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    its = [r["iteration"] for r in log]
+    a1.boxplot([r["scores"] for r in log], positions=its)
+    a1.set_xlabel("iteration")
+    a1.set_ylabel("trajectory score (success + exp(-d/5cm))")
+    a1.set_title("rollout scores")
+    a2.plot(its, [r["rollout_success_rate"] for r in log], "o-", label="rollouts (sampled)")
+    if any("eval_success_rate" in r for r in log):
+        ev = [(r["iteration"], r["eval_success_rate"]) for r in log if "eval_success_rate" in r]
+        a2.plot(*zip(*ev), "s-", label="greedy evaluation")
+    a2.set_ylim(-0.02, 1.02)
+    a2.set_xlabel("iteration")
+    a2.set_ylabel("success rate")
+    a2.legend()
+    a2.set_title("success")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,294 @@
+"""Policies: LeRobot ACT training on a real recorded dataset, evaluation, TPO, loading (issue 6 §6)."""
+
+import copy
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
+from embodied_gym.policies.evaluate import evaluate, evaluate_policy, wilson_interval
+from embodied_gym.policies.loading import ACTAgent, load_agent, make_env_for
+from embodied_gym.policies.scoring import target_distance, trajectory_score
+from embodied_gym.policies.tpo import (ACTLikelihood, TPOConfig, preference_pairs, rollout, tpo_loss, train_tpo)
+
+TINY = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
+            n_vae_encoder_layers=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """Two scripted-expert PickCup episodes, cam_high at 48x64, recorded with our recorder."""
+    from embodied_gym.data.recording import record
+    from embodied_gym.policies.loading import ExpertAgent
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("policies") / "ds"
+    agent = ExpertAgent()
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0", obs_type="pixels_state", cameras=("cam_high",),
+                       image_size=(48, 64))
+    record(env, agent, root, 2, seed=0, env_id="EmbodieDreamer-PickCup-v0", progress=False)
+    env.close()
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_act(tiny_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("policies") / "act"
+    cfg = ACTTrainConfig(dataset=str(tiny_dataset), out=str(out), steps=4, batch_size=2, chunk_size=5,
+                         n_action_steps=5, image_size=(48, 64), save_every=2, log_every=2, progress=False,
+                         overrides=TINY)
+    result = train_act(cfg)
+    return out, cfg, result
+
+
+def test_act_trains_offline_and_reloads(tiny_act):
+    out, cfg, result = tiny_act
+    assert result.steps == 4 and math.isfinite(result.final_loss)
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and ckpt.name == "000004"
+    files = {p.name for p in (ckpt / "pretrained_model").iterdir()}
+    assert {"config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json"} <= files
+    assert not any(p.suffix in (".pt", ".pth", ".bin") for p in ckpt.rglob("*"))  # safetensors only
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [2, 4] and (out / "loss.png").exists()
+
+    # The checkpoint reloads with LeRobot's own loader and gives the trained weights back.
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    reloaded = ACTPolicy.from_pretrained(str(ckpt / "pretrained_model"))
+    assert reloaded.config.pretrained_backbone_weights is None and reloaded.config.chunk_size == 5
+    agent = ACTAgent(out)
+    assert agent.cameras == ("cam_high",) and agent.requirements.image_size == (48, 64)
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0")
+    obs, info = env.reset(seed=3)
+    action = agent(obs, info)
+    env.close()
+    assert action.shape == (14,) and np.all(np.isfinite(action))
+
+
+def test_act_resume_continues_and_refuses_overwrite(tiny_act):
+    out, cfg, _ = tiny_act
+    with pytest.raises(FileExistsError, match="--resume"):
+        train_act(cfg)
+    import dataclasses
+
+    r = train_act(dataclasses.replace(cfg, steps=6, resume=True))
+    assert r.steps == 6 and latest_checkpoint(out).name == "000006"
+    assert [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()] == [2, 4, 6]
+
+
+def test_act_bad_inputs_have_clear_errors(tiny_dataset, tmp_path):
+    with pytest.raises(ValueError, match="cam_front"):
+        train_act(ACTTrainConfig(dataset=str(tiny_dataset), out=str(tmp_path / "x"), cameras=("cam_front",),
+                                 steps=1, progress=False))
+    with pytest.raises(FileNotFoundError, match="not a LeRobotDataset"):
+        train_act(ACTTrainConfig(dataset=str(tmp_path), out=str(tmp_path / "y"), steps=1, progress=False))
+    with pytest.raises(ValueError, match="preset"):
+        ACTTrainConfig(dataset="d", out="o", preset="huge").resolved_preset()
+    with pytest.raises(FileNotFoundError, match="ACT folder"):
+        load_agent(str(tmp_path / "nothing"))
+
+
+def test_wilson_interval_known_values():
+    lo, hi = wilson_interval(5, 10)
+    assert lo == pytest.approx(0.2366, abs=1e-4) and hi == pytest.approx(0.7634, abs=1e-4)
+    lo, hi = wilson_interval(0, 10)
+    assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
+    assert wilson_interval(50, 50)[1] == pytest.approx(1.0) and wilson_interval(50, 50)[0] > 0.9
+
+
+def test_eval_act_on_sim_id(tiny_act, tmp_path):
+    out, _, _ = tiny_act
+    r = evaluate_policy(str(out), "EmbodieDreamer-PickCup-v0", episodes=1, seed=5, out=str(tmp_path / "e.json"),
+                        progress=False)
+    data = json.loads((tmp_path / "e.json").read_text())
+    assert {"success_rate", "episodes", "ci95", "per_episode", "mean_return", "lengths"} <= set(data)
+    assert data["episodes"] == 1 and len(data["per_episode"]) == 1 and data["per_episode"][0]["seed"] == 5
+    assert data["lengths"][0] == r.per_episode[0].length > 0
+
+
+def test_eval_expert_on_real_id_via_cli(tmp_path):
+    from embodied_gym.cli import main
+
+    path = tmp_path / "real.json"
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", "2",
+                 "--seed", "0", "--out", str(path)]) == 0
+    data = json.loads(path.read_text())
+    assert data["env_id"] == "EmbodieDreamer-PickCup-Real-v0" and data["episodes"] == 2
+    lo, hi = data["ci95"]
+    assert lo <= data["success_rate"] <= hi
+    # Seeds make it reproducible on sim ids.
+    a = evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=1, seed=7, progress=False)
+    b = evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=1, seed=7, progress=False)
+    assert a.per_episode[0].ret == b.per_episode[0].ret and a.success_rate == 1.0
+
+
+def test_visaligner_flag_fails_clearly_when_unavailable():
+    agent = load_agent("expert")
+    try:
+        import embodied_gym.wrappers.visaligner  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="VisAligner"):
+            make_env_for(agent, "EmbodieDreamer-PickCup-v0", visaligner="/nonexistent")
+    with pytest.raises(ValueError, match="Real"):
+        make_env_for(agent, "EmbodieDreamer-PickCup-Real-v0", visaligner="/nonexistent")
+
+
+# ----------------------------------------------------------------------------- TPO
+def test_preference_pairs_top_vs_bottom():
+    scores = [0.1, 0.9, 0.5, 0.3, 0.7, 0.2]
+    assert preference_pairs(scores, 2) == [(1, 0), (4, 5)]
+    assert preference_pairs(scores, 25) == [(1, 0), (4, 5), (2, 3)]  # M capped at half
+    assert preference_pairs([0.5, 0.5], 1) == []  # a tie carries no preference
+
+
+def test_tpo_loss_sign():
+    lw, ll = torch.tensor([0.0], requires_grad=True), torch.tensor([0.0], requires_grad=True)
+    ref = torch.tensor([0.0])
+    loss = tpo_loss(lw, ref, ll, ref, beta=0.1)
+    assert loss.item() == pytest.approx(math.log(2))
+    loss.backward()
+    assert lw.grad.item() < 0 < ll.grad.item()  # raising log π(τ_w) and lowering log π(τ_l) lowers the loss
+    better = tpo_loss(torch.tensor([1.0]), ref, torch.tensor([-1.0]), ref, beta=0.1)
+    worse = tpo_loss(torch.tensor([-1.0]), ref, torch.tensor([1.0]), ref, beta=0.1)
+    assert float(better) < math.log(2) < float(worse)
+
+
+def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
+    out, _, _ = tiny_act
+    agent = ACTAgent(out)
+    reference = copy.deepcopy(agent.policy).eval()
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0")
+    rng = np.random.default_rng(0)
+    t1 = rollout(agent, env, "PickCup", 11, 0.1, rng)
+    t2 = rollout(agent, env, "PickCup", 12, 0.1, rng)
+    env.close()
+    lik, ref = ACTLikelihood(agent.policy, agent.pre, 0.1), ACTLikelihood(reference, agent.pre, 0.1)
+    agent.policy.eval()
+
+    # π_θ = π_ref and τ_w = τ_l: the loss is log 2 and every gradient is zero.
+    lw, lr_ = lik.log_prob(t1), ref.log_prob(t1).detach()
+    loss = tpo_loss(lw[None], lr_[None], lik.log_prob(t1)[None], lr_[None], beta=0.1)
+    agent.policy.zero_grad()
+    loss.backward()
+    assert float(loss) == pytest.approx(math.log(2), abs=1e-6)
+    grads = [p.grad for p in agent.policy.parameters() if p.grad is not None]
+    assert grads and all(float(g.abs().max()) < 1e-10 for g in grads)
+
+    # Distinct trajectories: a gradient step on the loss raises the margin (right sign).
+    opt = torch.optim.SGD(agent.policy.parameters(), lr=1e-4)
+    r1, r2 = ref.log_prob(t1).detach(), ref.log_prob(t2).detach()
+
+    def margin():
+        return (lik.log_prob(t1) - r1) - (lik.log_prob(t2) - r2)
+
+    assert float(margin()) == pytest.approx(0.0, abs=1e-3)
+    opt.zero_grad()
+    tpo_loss(lik.log_prob(t1)[None], r1[None], lik.log_prob(t2)[None], r2[None], beta=0.1).backward()
+    opt.step()
+    with torch.no_grad():
+        assert float(margin()) > 0
+
+
+def test_trajectory_scoring_ranks_success_first():
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+    _, info = env.reset(seed=0)
+    env.close()
+    d = target_distance("PickCup", info, info)
+    assert 0.05 < d < 1.0  # the grippers start far from the lifted-cup target
+    assert trajectory_score(True, 0.5) > trajectory_score(False, 0.0) > trajectory_score(False, d)
+    with pytest.raises(ValueError, match="no TPO target"):
+        target_distance("Juggle", info, info)
+
+
+def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
+    out, _, _ = tiny_act
+    cfg = TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "tpo"), iterations=1,
+                    rollouts=2, pairs=1, epochs=1, progress=False)
+    log = train_tpo(cfg)
+    assert len(log) == 1 and log[0]["rollouts"] == 2 and len(log[0]["scores"]) == 2
+    assert (tmp_path / "tpo" / "tpo.png").exists() and latest_checkpoint(tmp_path / "tpo").name == "000001"
+    again = train_tpo(cfg)  # already done: resumes past the last finished iteration, nothing to do
+    assert len(again) == 1
+    agent = load_agent(str(tmp_path / "tpo"))
+    assert isinstance(agent, ACTAgent)
+    with pytest.raises(ValueError, match="sim id"):
+        train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
+
+
+def test_sb3_model_loads_as_agent_and_evaluates(tmp_path):
+    from stable_baselines3 import PPO
+
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", control_mode="ee_delta")
+    model = PPO("MultiInputPolicy", env, n_steps=64, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=64)
+    env.close()
+    path = tmp_path / "ppo.zip"
+    model.save(str(path))
+    agent = load_agent(str(path))
+    assert agent.requirements.control_mode == "ee_delta" and agent.requirements.obs_type == "state"
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0")
+    r = evaluate(agent, env, episodes=1, seed=0, progress=False)
+    env.close()
+    assert r.episodes == 1 and r.per_episode[0].length == 200
+
+
+# ----------------------------------------------------------------------------- LeRobot's own tools
+def test_lerobot_env_config_follows_lerobot_conventions(tiny_act):
+    """What lerobot-eval does with our env config: vector env with same-step autoreset, LeRobot's
+    observation preprocessing, the policy's processors, is_success and the task description."""
+    from lerobot.envs.configs import EnvConfig
+    from lerobot.envs.utils import env_to_policy_features, preprocess_observation
+
+    from embodied_gym.policies.lerobot_env import EmbodiedGymEnvConfig
+
+    assert EnvConfig.get_choice_class("embodied_gym") is EmbodiedGymEnvConfig
+    cfg = EmbodiedGymEnvConfig(task="PickCup", cameras=["cam_high"], image_height=48, image_width=64)
+    feats = env_to_policy_features(cfg)
+    assert feats["observation.images.cam_high"].shape == (3, 48, 64) and feats["observation.state"].shape == (14,)
+    vec = cfg.create_envs(n_envs=1)["embodied_gym"][0]
+    assert vec.metadata["autoreset_mode"].name == "SAME_STEP"
+    assert list(vec.call("task_description")) == ["Grab the paper cup and lift it."]
+    obs, _ = vec.reset(seed=0)
+    batch = preprocess_observation(obs)
+    assert set(batch) == {"observation.images.cam_high", "observation.state"}
+    agent = ACTAgent(tiny_act[0])
+    action = agent.post(agent.policy.select_action(agent.pre(batch))).numpy()
+    obs, reward, terminated, truncated, info = vec.step(action)
+    assert action.shape == (1, 14) and "is_success" in info
+    vec.close()
+
+
+def test_lerobot_training_pipeline_reads_our_dataset(tiny_dataset):
+    """lerobot-train's data path: ACT's delta timestamps resolved against our dataset's metadata."""
+    from lerobot.datasets import LeRobotDataset
+    from lerobot.datasets.factory import resolve_delta_timestamps
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    meta_ds = LeRobotDataset("embodied_gym/ds", root=tiny_dataset, video_backend="pyav")
+    deltas = resolve_delta_timestamps(ACTConfig(chunk_size=5, n_action_steps=5), meta_ds.meta)
+    ds = LeRobotDataset("embodied_gym/ds", root=tiny_dataset, video_backend="pyav", delta_timestamps=deltas)
+    item = ds[len(ds) - 2]
+    assert item["action"].shape == (5, 14) and item["action_is_pad"].tolist() == [False, False, True, True, True]
+    assert item["observation.images.cam_high"].shape == (3, 48, 64)
+
+
+def test_reach_stage_wrapper_observation_and_reward():
+    from embodied_gym.policies.rl import make_reach_env
+
+    env = make_reach_env("PickCup", max_episode_steps=40)
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs) and obs["reach_vector"].shape == (6,)
+    d0 = info["reach_distance"]
+    arm = int(np.argmin(np.linalg.norm(obs["reach_vector"].reshape(2, 3), axis=1)))
+    for _ in range(10):  # a proportional controller on the offered offset closes in: the signal is usable
+        action = np.zeros(14, np.float32)
+        action[7 * arm:7 * arm + 3] = np.clip(obs["reach_vector"].reshape(2, 3)[arm] / 0.01, -1, 1)
+        action[7 * arm + 6] = 1.0
+        obs, reward, terminated, truncated, info = env.step(action)
+    env.close()
+    assert reward == pytest.approx(-info["reach_distance"]) and info["reach_distance"] < d0 - 0.05
