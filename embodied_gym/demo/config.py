@@ -93,6 +93,7 @@ class EvalSettings:
 @dataclass
 class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: ["PickCup"])
+    max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
     record: RecordSettings = field(default_factory=RecordSettings)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     visaligner: VisAlignerSettings = field(default_factory=VisAlignerSettings)

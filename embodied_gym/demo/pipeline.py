@@ -35,7 +35,8 @@ def _say(msg: str) -> None:
     print(f"[demo] {msg}", file=sys.stderr, flush=True)
 
 
-def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None) -> dict:
+def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None,
+            max_episode_steps: int | None = None) -> dict:
     import gymnasium as gym
 
     import embodied_gym
@@ -46,6 +47,8 @@ def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image
         kwargs["realtime"] = False
     if physics is not None:
         kwargs["physics"] = physics
+    if max_episode_steps:
+        kwargs["max_episode_steps"] = max_episode_steps
     env = gym.make(env_id, **kwargs)
     try:
         summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True)
@@ -58,8 +61,8 @@ def stage_record(cfg: DemoConfig, task: str, folder: Path) -> dict:
     import embodied_gym
 
     r = cfg.record
-    out = _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera, r.image_size)
-    return out
+    return _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera,
+                   r.image_size, max_episode_steps=cfg.max_episode_steps)
 
 
 def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:
@@ -81,10 +84,10 @@ def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, phy
     from embodied_gym.visaligner.train import TrainConfig, train
 
     v = cfg.visaligner
-    train(TrainConfig(dataset=dataset, out=str(folder / "model"), preset=v.preset, camera=cfg.record.camera,
+    train(TrainConfig(dataset=dataset, out=str(folder / "train"), preset=v.preset, camera=cfg.record.camera,
                       physics=physics, model=dict(v.model), vae_steps=v.vae_steps, steps=v.steps,
                       batch_size=v.batch_size, sample_every=v.sample_every))
-    return {"model": str(folder / "model"), "samples": sorted(str(p) for p in (folder / "model").rglob("*.png"))}
+    return {"model": str(folder / "train" / "model"), "samples": str(folder / "train" / "samples")}
 
 
 def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str) -> dict:
@@ -93,7 +96,7 @@ def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, 
 
     g, r = cfg.generate, cfg.record
     sim = _record(embodied_gym.env_id(task), folder / "sim", g.episodes, g.seed, r.camera, r.image_size,
-                  physics=physics)
+                  physics=physics, max_episode_steps=cfg.max_episode_steps)
     reference = _first_frame(real_dataset, r.camera, folder / "reference.png")
     summary = render_dataset(folder / "sim", model, folder / "aligned", camera=r.camera, reference=reference,
                              physics=physics)
@@ -119,8 +122,7 @@ def stage_act(cfg: DemoConfig, folder: Path, dataset: str) -> dict:
     res = train_act(ACTTrainConfig(dataset=dataset, out=str(folder / "policy"), preset=a.preset,
                                    cameras=(cfg.record.camera,), steps=a.steps, batch_size=a.batch_size,
                                    image_size=a.image_size))
-    return {"policy": str(res.policy_dir) if hasattr(res, "policy_dir") else str(folder / "policy"),
-            "result": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(res).items()}}
+    return {"policy": res.out, "steps": res.steps, "final_loss": res.final_loss, "train_time_s": res.train_time_s}
 
 
 def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: str, model: str) -> dict:
@@ -130,8 +132,9 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
     t = cfg.tpo
     log = train_tpo(TPOConfig(policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
                               iterations=t.iterations, pairs=t.pairs, rollouts=t.rollouts, epochs=t.epochs,
-                              beta=t.beta, physics=physics, visaligner=model))
-    return {"policy": str(folder / "tpo" / "policy"), "log": log}
+                              beta=t.beta, physics=physics, visaligner=model,
+                              max_episode_steps=cfg.max_episode_steps))
+    return {"policy": str(folder / "tpo"), "log": log}
 
 
 def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
@@ -143,7 +146,8 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
     for name, policy in policies.items():
         _say(f"{task}: evaluating {name} on the stand-in robot ({e.episodes} episodes)")
         res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
-                              out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"))
+                              out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"),
+                              max_episode_steps=cfg.max_episode_steps)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
                                                                 if k in ("success_rate", "ci95", "episodes",
                                                                          "mean_return")}}
@@ -169,8 +173,8 @@ def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None
             elapsed = time.time() - t_start
             _say(f"stage {done}/{n_stages} {task}/{name} (elapsed {elapsed / 60:.1f} min)")
             cache_name = f"{name}" if len(cfg.tasks) == 1 else f"{task}/{name}"
-            rec = cache.run(cache_name, {"task": task, **settings}, [recs[i].name for i in inputs], fn)
-            # StageCache keys inputs by stage name; keep our own by short name
+            settings = {"task": task, "max_episode_steps": cfg.max_episode_steps, **settings}
+            rec = cache.run(cache_name, settings, [recs[i].name for i in inputs], fn)
             recs[name] = rec
             _say(f"  {task}/{name}: {'cached' if rec.cached else f'done in {rec.wall_time_s:.0f} s'}")
             return rec.outputs

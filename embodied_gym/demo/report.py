@@ -112,8 +112,8 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
                          "calibrated sim (green).</p>" + _img(cal["paths_png"], 900))
         parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
         vis = st["visaligner"]["outputs"]
-        grid = _latest(vis["model"], "*.png")
-        mp4 = _latest(vis["model"], "*.mp4")
+        grid = _latest(vis["samples"], "*.png")
+        mp4 = _latest(vis["samples"], "*.mp4")
         if grid is not None:
             parts.append(f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
                          f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>")

@@ -110,7 +110,7 @@ def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -
     sim = OneStepSimulator(task, space)
     fk = ArmFK(sim.model, sim.idx)
     rcfg = RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, seed=cfg.seed)
-    result = refine(surrogate, fk, space, s, a, s_next, rcfg)
+    result = refine(surrogate, fk, space, s, a, s_next, rcfg, progress=progress)
     times["stage3_refine_s"] = time.perf_counter() - t
     # θ is only known at the end of stage 3: before that the best guess is the start.
     snapshots = [(0.0, list(start)), (sum(times.values()), result.theta.tolist())]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from embodied_gym.envs import robot as layout
 from embodied_gym.physaligner.fk import ArmFK
@@ -43,12 +44,14 @@ class RefineResult:
     restarts: list[dict] = field(default_factory=list)  # per restart: start, theta, val_loss, curve
 
 
-def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: RefineConfig) -> torch.Tensor:
+def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: RefineConfig,
+                    target_pose: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """``target_pose``: ``fk(target)`` when the caller has it already (it does not change between steps)."""
     arm = torch.as_tensor(layout.ARM_INDICES)
     joint = ((pred[:, arm] - target[:, arm]) ** 2).mean()
     velocity = ((pred[:, 14 + arm] - target[:, 14 + arm]) ** 2).mean()
     p_pred, r_pred = fk(pred[:, :14])
-    p_real, r_real = fk(target[:, :14])
+    p_real, r_real = target_pose if target_pose is not None else fk(target[:, :14])
     translation = ((p_pred - p_real) ** 2).sum(-1).mean()
     rotation = (((r_pred - r_real) ** 2).sum((-2, -1)) / 8.0).mean()
     return (cfg.w_joint * joint + cfg.w_velocity * velocity + cfg.w_translation * translation
@@ -56,7 +59,7 @@ def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: Re
 
 
 def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.ndarray, action: np.ndarray,
-           next_state: np.ndarray, config: RefineConfig | None = None) -> RefineResult:
+           next_state: np.ndarray, config: RefineConfig | None = None, progress: bool = False) -> RefineResult:
     """Best θ over restarts (see module docstring); inputs are the *real* transitions."""
     cfg = config or RefineConfig()
     rng = np.random.default_rng(cfg.seed)
@@ -71,14 +74,18 @@ def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.nda
     tr = [as_t(v[~held]) for v in (state, action, next_state)]
     va = [as_t(v[held]) for v in (state, action, next_state)]
 
+    with torch.no_grad():
+        poses = {id(b): fk(b[2].to(torch.float64)[:, :14]) for b in (tr, va)}
+
     def loss_at(theta_u: torch.Tensor, batch) -> torch.Tensor:
         s, a, target = batch
         pred = surrogate(theta_u.expand(len(s), -1), s, a)
-        return trajectory_loss(pred.to(torch.float64), target.to(torch.float64), fk, cfg)
+        return trajectory_loss(pred.to(torch.float64), target.to(torch.float64), fk, cfg, poses[id(batch)])
 
     base = np.clip(space.normalise(space.values_of(space.base)), 0.02, 0.98)
     starts = [base] + [rng.uniform(0.05, 0.95, space.dim) for _ in range(cfg.restarts - 1)]
     results = []
+    bar = tqdm(total=len(starts) * cfg.steps, desc="stage 3: refinement", unit="step", disable=not progress)
     for start in starts:
         z = torch.tensor(np.log(start / (1 - start)), dtype=torch.float32, requires_grad=True)
         opt = torch.optim.Adam([z], lr=cfg.lr)
@@ -91,14 +98,17 @@ def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.nda
             with torch.no_grad():
                 val = float(loss_at(torch.sigmoid(z), va))
             curve.append(val)
+            bar.update()
             if val < best - 1e-9:
                 best, best_z, since = val, z.detach().clone(), 0
             else:
                 since += 1
                 if since >= cfg.patience:
                     break
+        bar.update(cfg.steps - len(curve))  # early stop: the rest of this restart's steps are skipped
         results.append({"start": start.tolist(), "theta": torch.sigmoid(best_z).numpy().astype(np.float64).tolist(),
                         "val_loss": best, "curve": curve})
+    bar.close()
     best = min(results, key=lambda r: r["val_loss"])
     theta = np.asarray(best["theta"])
     return RefineResult(theta=theta, values=space.denormalise(theta), val_loss=best["val_loss"], restarts=results)

@@ -238,7 +238,8 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
         except ImportError as e:
             raise RuntimeError(f"VisAligner is not available in this installation ({e}); it comes with issue 5 "
                                f"(embodied_gym.wrappers.visaligner). Evaluate without --visaligner meanwhile.") from None
-        env = VisAlignerWrapper(gym.make(env_id, **kw), visaligner)
+        cams = tuple(kw.get("cameras", ()))
+        env = VisAlignerWrapper(gym.make(env_id, **kw), visaligner, camera=cams[0] if cams else "cam_high")
     else:
         env = gym.make(env_id, **kw)
     if isinstance(agent, ExpertAgent):

@@ -66,6 +66,7 @@ class TPOConfig:
     seed: int = 0
     eval_episodes: int = 0
     num_threads: int | None = None
+    max_episode_steps: int | None = None  # rollout length (default: the env's time limit)
     progress: bool = True
 
     def n_rollouts(self) -> int:
@@ -214,7 +215,8 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         p.requires_grad_(False)
     policy = agent.policy
     task = cfg.env_id.split("-")[1]
-    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner)
+    extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
+    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner, **extra)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import numpy as np
 
@@ -51,6 +53,10 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         if not hasattr(env.unwrapped, "idx"):
             raise ValueError("VisAlignerWrapper needs a simulated embodied-gym env (it renders object masks from "
                              "the sim's segmentation); a -Real- env already shows real frames")
+        if isinstance(pipeline, (str, os.PathLike)):  # a model folder, as the CLIs pass it
+            from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+            pipeline = VisAlignerPipeline.from_pretrained(pipeline)
         self.pipeline, self.camera = pipeline, camera
         self.image_shape = space.spaces[camera].shape
         ref = reference if reference is not None else pipeline.reference_image
