@@ -63,6 +63,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--sample-steps", type=int, default=10, help="denoising steps at evaluation")
     ap.add_argument("--local3d-steps", type=int, default=300)
+    ap.add_argument("--results", default=str(ROOT / "benchmarks/results/visaligner.json"))
     ap.add_argument("--figure", default=str(ROOT / "benchmarks/figures/visaligner_samples.png"))
     args = ap.parse_args()
 
@@ -188,9 +189,11 @@ def main() -> int:
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                           "torch_threads": torch.get_num_threads()},
               "command": " ".join([os.path.basename(py)] + sys.argv)}
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, out / "results.json")
+    for path in (out / "results.json", Path(args.results)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, path)
     print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():
