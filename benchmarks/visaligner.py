@@ -180,7 +180,7 @@ def main() -> int:
                                      axis=1)
     img = np.concatenate([x for _, r in grid_rows for x in (pad(r), np.full((2, pad(r).shape[1], 3), 255, np.uint8))])
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-    save_png(args.figure, img, scale=2)
+    save_png(args.figure, img)
 
     result = {"rows": rows, "row_order_in_figure": [n for n, _ in grid_rows], "figure_frames": cols.tolist(),
               "train_episodes": train_eps, "heldout_episodes": eval_eps, "frame_stride": stride,
