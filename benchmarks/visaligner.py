@@ -63,6 +63,7 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--sample-steps", type=int, default=10, help="denoising steps at evaluation")
     ap.add_argument("--local3d-steps", type=int, default=300)
+    ap.add_argument("--results", default=str(ROOT / "benchmarks/results/visaligner.json"))
     ap.add_argument("--figure", default=str(ROOT / "benchmarks/figures/visaligner_samples.png"))
     args = ap.parse_args()
 
@@ -179,7 +180,7 @@ def main() -> int:
                                      axis=1)
     img = np.concatenate([x for _, r in grid_rows for x in (pad(r), np.full((2, pad(r).shape[1], 3), 255, np.uint8))])
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-    save_png(args.figure, img, scale=2)
+    save_png(args.figure, img)
 
     result = {"rows": rows, "row_order_in_figure": [n for n, _ in grid_rows], "figure_frames": cols.tolist(),
               "train_episodes": train_eps, "heldout_episodes": eval_eps, "frame_stride": stride,
@@ -188,9 +189,11 @@ def main() -> int:
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                           "torch_threads": torch.get_num_threads()},
               "command": " ".join([os.path.basename(py)] + sys.argv)}
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, out / "results.json")
+    for path in (out / "results.json", Path(args.results)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, path)
     print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():

@@ -40,7 +40,8 @@ def _cmd_train(args) -> int:
                      vae_steps=args.vae_steps, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                      sample_every=args.sample_every, checkpoint_every=args.checkpoint_every, seed=args.seed)
     train(tc)
-    print(f"model written to {args.out}/model (loss log {args.out}/loss.jsonl, loss.png; samples in {args.out}/samples)")
+    print(f"model written to {args.out}/model (loss log {args.out}/loss.jsonl, loss.png; "
+          f"samples in {args.out}/samples)")
     return 0
 
 

@@ -50,7 +50,8 @@ class ReferenceEncoder(ModelMixin, ConfigMixin):
         return self.norm(tokens + self.pos[:, : tokens.shape[1]])
 
 
-def build_tiny_models(cfg: VisAlignerConfig) -> tuple[AutoencoderKL, UNetSpatioTemporalConditionModel, ReferenceEncoder]:
+def build_tiny_models(cfg: VisAlignerConfig) -> tuple[AutoencoderKL, UNetSpatioTemporalConditionModel,
+                                                      ReferenceEncoder]:
     """Randomly initialised networks of the ``tiny`` preset (the VAE is trained locally too)."""
     n = len(cfg.vae_block_out_channels)
     vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,

@@ -55,7 +55,8 @@ def dataset_task(root: str | os.PathLike) -> str:
     raise ValueError(f"cannot tell the task of {root} (no env_id in {SIDECAR}); pass task=... / --task")
 
 
-def read_episode_frames(root: str | os.PathLike, camera: str, episodes: list[int] | None = None) -> dict[int, np.ndarray]:
+def read_episode_frames(root: str | os.PathLike, camera: str,
+                        episodes: list[int] | None = None) -> dict[int, np.ndarray]:
     """Decode a camera's frames of each episode as ``(T, H, W, 3)`` uint8 (PyAV, no torchcodec)."""
     import av
     from lerobot.datasets import LeRobotDataset

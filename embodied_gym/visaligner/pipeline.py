@@ -12,6 +12,7 @@ Saved as a folder: ``model_index.json``, ``visaligner_config.json``, ``vae/``, `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -27,7 +28,6 @@ from embodied_gym.visaligner.presets import VisAlignerConfig
 
 CONFIG_NAME = "visaligner_config.json"
 REFERENCE_NAME = "reference.png"
-_VAE_CLASSES = {"AutoencoderKL": AutoencoderKL}
 
 
 def make_scheduler(cfg: VisAlignerConfig) -> DDIMScheduler:
@@ -93,7 +93,8 @@ class VisAlignerPipeline:
                                     f"that `embodied-gym visaligner train` wrote (its model/ subfolder)")
         config = VisAlignerConfig.load(path / CONFIG_NAME)
         index = json.loads((path / "model_index.json").read_text())
-        vae_cls = {"AutoencoderKL": AutoencoderKL, "AutoencoderKLTemporalDecoder": AutoencoderKLTemporalDecoder}[index["vae"]]
+        vae_classes = {"AutoencoderKL": AutoencoderKL, "AutoencoderKLTemporalDecoder": AutoencoderKLTemporalDecoder}
+        vae_cls = vae_classes[index["vae"]]
         kw = dict(local_files_only=True, torch_dtype=torch_dtype)
         vae = vae_cls.from_pretrained(path / "vae", **kw)
         unet = UNetSpatioTemporalConditionModel.from_pretrained(path / "unet", **kw)
@@ -195,7 +196,7 @@ class VisAlignerPipeline:
         latents = torch.randn(cond.shape, generator=generator, device=cond.device, dtype=cond.dtype)
         latents = latents * self.scheduler.init_noise_sigma
         ref_tokens = self.reference_encoder(cond[:, 0])
-        ctx = temporal_layers_off(self.unet) if not temporal else _nullcontext()
+        ctx = temporal_layers_off(self.unet) if not temporal else contextlib.nullcontext()
         with ctx:
             for t in self.scheduler.timesteps:
                 pred = self.predict(self.scheduler.scale_model_input(latents, t), t, cond, mask, ref_tokens)
@@ -240,11 +241,3 @@ class VisAlignerPipeline:
                         generator, temporal)
             out[s + 1:e] = clip[1:]
         return out
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
