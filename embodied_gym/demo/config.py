@@ -50,6 +50,7 @@ class VisAlignerSettings:
     steps: int = 1000
     batch_size: int = 4
     sample_every: int = 250
+    sample_steps: int = 20  # denoising steps of the sample grids
     model: dict = field(default_factory=dict)  # VisAlignerConfig overrides
 
 
@@ -94,6 +95,7 @@ class EvalSettings:
 class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: ["PickCup"])
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
+    torch_threads: int = 1  # small CPU models: one thread is robust when other processes share the cores
     record: RecordSettings = field(default_factory=RecordSettings)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     visaligner: VisAlignerSettings = field(default_factory=VisAlignerSettings)

@@ -86,7 +86,7 @@ def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, phy
     v = cfg.visaligner
     train(TrainConfig(dataset=dataset, out=str(folder / "train"), preset=v.preset, camera=cfg.record.camera,
                       physics=physics, model=dict(v.model), vae_steps=v.vae_steps, steps=v.steps,
-                      batch_size=v.batch_size, sample_every=v.sample_every))
+                      batch_size=v.batch_size, sample_every=v.sample_every, sample_steps=v.sample_steps))
     return {"model": str(folder / "train" / "model"), "samples": str(folder / "train" / "samples")}
 
 
@@ -156,10 +156,21 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
 
 def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None = None) -> dict:
     """Run (or resume) every stage for every task, then write ``report.html`` and ``summary.json``."""
-    from embodied_gym.demo.report import write_report
+    import torch
 
     run_dir = Path(run_dir)
     t_start = time.time()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.torch_threads)
+    try:
+        return _run(cfg, run_dir, rerun_from, t_start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float) -> dict:
+    from embodied_gym.demo.report import write_report
+
     cache = StageCache(run_dir, rerun_from, order=STAGES)
     per_task = {}
     n_stages = len(STAGES) * len(cfg.tasks)

@@ -50,6 +50,8 @@ class CalibrationConfig:
     sysid_iterations: int = 20
     budget_s: float | None = None  # wall-time budget of the search (sa, cmaes, sysid)
     workers: int | None = None
+    torch_threads: int | None = 1  # physaligner stages 2-3: small tensors gain nothing from more, and
+    # oversubscribed cores (other jobs, stage-1 workers) slow multi-threaded torch down by an order of magnitude
     backend: str = "processes"  # physaligner stage 1: "processes" or "ray"
     ray_address: str | None = None
     seed: int = 0
@@ -197,7 +199,14 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
     start = space.normalise(space.values_of(space.base))
 
     if cfg.method == "physaligner":
-        res = _run_physaligner(fit, task, space, start, cfg, work, progress)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(cfg.torch_threads or threads)
+        try:
+            res = _run_physaligner(fit, task, space, start, cfg, work, progress)
+        finally:
+            torch.set_num_threads(threads)
     else:
         res = _run_search(fit, task, space, start, cfg, progress)
     t_total = sum(res.times.values())
