@@ -194,6 +194,9 @@ def _cmd_calibrate(args) -> int:
           f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
           f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}, report: "
           f"{os.path.splitext(args.out)[0]}.report.md")
+    if r["logs"].get("chosen") == "start":
+        print("note: no refinement restart beat the starting physics in open-loop replay of the fit episodes; "
+              "the result keeps the starting values (see the report)")
     if r["unconstrained"]:
         print(f"not constrained by this data: {', '.join(r['unconstrained'])} (see the report)")
     return 0

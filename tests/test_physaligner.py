@@ -188,18 +188,25 @@ def test_baselines_improve_on_nominal(shifted_gains, method):
     obj.close()
 
 
+@pytest.fixture(scope="module")
+def shifted_dataset(shifted_gains, tmp_path_factory):
+    space, truth, _ = shifted_gains
+    root = tmp_path_factory.mktemp("cli") / "data"
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
+                   max_episode_steps=40)
+    record(env, embodied_gym.make_expert(env), root, 2, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    return root
+
+
 @pytest.mark.parametrize("method", ["physaligner", "sa", "cmaes", "sysid"])
-def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, tmp_path, method):
+def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, shifted_dataset, tmp_path, method):
     import json
 
     from embodied_gym.cli import main
 
     space, truth, eps = shifted_gains
-    root = tmp_path / "data"
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
-                   max_episode_steps=40)
-    record(env, embodied_gym.make_expert(env), root, 2, progress=False, env_id="EmbodieDreamer-PickCup-v0")
-    env.close()
+    root = shifted_dataset
     out = tmp_path / "result.json"
     args = ["calibrate", "--dataset", str(root), "--method", method, "--out", str(out), "--free",
             "kp.right_shoulder", "kp.right_elbow", "--samples", "8", "--epochs", "3", "--sa-steps", "4",

@@ -48,6 +48,7 @@ class CalibrationConfig:
     sa_steps: int = 2000
     cmaes_evaluations: int = 2000
     sysid_iterations: int = 20
+    horizon: int = 1  # physaligner stage 3: surrogate unroll length (1 = the paper's one-step loss)
     budget_s: float | None = None  # wall-time budget of the search (sa, cmaes, sysid)
     workers: int | None = None
     torch_threads: int | None = 1  # physaligner stages 2-3: small tensors gain nothing from more, and
@@ -83,6 +84,7 @@ def split_episodes(episodes: list[Episode], held_out: float, seed: int) -> tuple
 def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -> MethodOutput:
     import torch
 
+    from embodied_gym.physaligner.objective import ReplayObjective
     from embodied_gym.physaligner.fk import ArmFK
     from embodied_gym.physaligner.refine import RefineConfig, refine, trajectory_loss
     from embodied_gym.physaligner.surrogate import Surrogate, SurrogateTrainConfig, train_surrogate
@@ -108,14 +110,26 @@ def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -
         os.replace(tmp, work / key)  # the folder appears whole or not at all
     times["stage2_surrogate_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    s, a, s_next, _ = episode_transitions(fit)
     sim = OneStepSimulator(task, space)
     fk = ArmFK(sim.model, sim.idx)
-    rcfg = RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, seed=cfg.seed)
-    result = refine(surrogate, fk, space, s, a, s_next, rcfg, progress=progress)
+    rcfg = RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, horizon=cfg.horizon, seed=cfg.seed)
+    s, a, s_next, episode = episode_transitions(fit)
+    result = refine(surrogate, fk, space, s, a, s_next, rcfg, progress=progress, episode=episode)
     times["stage3_refine_s"] = time.perf_counter() - t
+
+    # The surrogate's loss is not the goal: pick among the restarts (and the starting physics) by open-loop
+    # replay of the fit episodes in the real simulator, so a surrogate that misleads cannot make the
+    # calibration worse than where it started on the data it was given.
+    t = time.perf_counter()
+    objective = ReplayObjective(fit, task, space)
+    candidates = [("start", np.asarray(start))] + [(f"restart {k}", np.asarray(r["theta"]))
+                                                   for k, r in enumerate(result.restarts)]
+    scores = [(objective(theta), name, theta) for name, theta in candidates]
+    objective.close()
+    fit_loss, chosen, theta = min(scores, key=lambda x: x[0])
+    times["selection_s"] = time.perf_counter() - t
     # θ is only known at the end of stage 3: before that the best guess is the start.
-    snapshots = [(0.0, list(start)), (sum(times.values()), result.theta.tolist())]
+    snapshots = [(0.0, list(start)), (sum(times.values()), theta.tolist())]
 
     # Uncertainty: spread of the restarts that reached (nearly) the best loss; curvature of the
     # surrogate loss at the solution tells which parameters the data pins down.
@@ -129,11 +143,12 @@ def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -
         pred = surrogate(theta.to(torch.float32).expand(len(S), -1), S, A).to(torch.float64)
         return trajectory_loss(pred, T, fk, rcfg)
 
-    theta_t = torch.as_tensor(result.theta, dtype=torch.float64)
+    theta_t = torch.as_tensor(theta, dtype=torch.float64)
     hessian = torch.autograd.functional.hessian(loss_fn, theta_t).detach().numpy()
     loss = float(loss_fn(theta_t))
-    return MethodOutput(result.theta, times, snapshots=snapshots, std_u=std_u, curvature=np.diag(hessian), loss=loss,
-                        logs={"surrogate": log, "refine_curves": [r["curve"] for r in result.restarts]})
+    return MethodOutput(theta, times, snapshots=snapshots, std_u=std_u, curvature=np.diag(hessian), loss=loss,
+                        logs={"surrogate": log, "refine_curves": [r["curve"] for r in result.restarts],
+                              "selection": {name: sc for sc, name, _ in scores}, "chosen": chosen})
 
 
 def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:

@@ -26,6 +26,10 @@ from embodied_gym.physaligner.surrogate import Surrogate
 class RefineConfig:
     restarts: int = 4
     steps: int = 400
+    # > 1: the surrogate is unrolled over windows of `horizon` recorded actions from a recorded state, and the
+    # loss is averaged over the window — closer to open-loop replay (how calibration is judged) than
+    # one-step prediction, which a robot with latency can satisfy with the wrong physics.
+    horizon: int = 1
     lr: float = 0.05
     patience: int = 60
     val_fraction: float = 0.2
@@ -58,29 +62,54 @@ def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: Re
             + cfg.w_rotation * rotation)
 
 
+def windows(episode: np.ndarray, horizon: int) -> np.ndarray:
+    """(W, horizon) row indices of consecutive transitions inside one episode, windows overlapping by half."""
+    stride = max(1, horizon // 2)
+    starts = [i for i in range(0, len(episode) - horizon + 1, stride)
+              if episode[i] == episode[i + horizon - 1]]
+    return np.asarray(starts, dtype=np.int64)[:, None] + np.arange(horizon)[None, :]
+
+
 def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.ndarray, action: np.ndarray,
-           next_state: np.ndarray, config: RefineConfig | None = None, progress: bool = False) -> RefineResult:
-    """Best θ over restarts (see module docstring); inputs are the *real* transitions."""
+           next_state: np.ndarray, config: RefineConfig | None = None, progress: bool = False,
+           episode: np.ndarray | None = None) -> RefineResult:
+    """Best θ over restarts (see module docstring); inputs are the *real* transitions, in episode order
+    (``episode`` gives each row's episode; needed when ``config.horizon > 1``)."""
     cfg = config or RefineConfig()
     rng = np.random.default_rng(cfg.seed)
     torch.manual_seed(cfg.seed)
     surrogate.eval()
     for p in surrogate.parameters():
         p.requires_grad_(False)
-    n = len(state)
+    if cfg.horizon > 1:
+        if episode is None:
+            raise ValueError("refine(horizon > 1) needs the episode of every transition (episode=...)")
+        rows = windows(np.asarray(episode), cfg.horizon)
+        if len(rows) == 0:
+            raise ValueError(f"no episode has {cfg.horizon} consecutive transitions; lower the horizon")
+    else:
+        rows = np.arange(len(state))[:, None]
+    n = len(rows)
     held = np.zeros(n, dtype=bool)
     held[rng.permutation(n)[: max(1, int(round(cfg.val_fraction * n)))]] = True
     as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
-    tr = [as_t(v[~held]) for v in (state, action, next_state)]
-    va = [as_t(v[held]) for v in (state, action, next_state)]
+    # A batch: first state (W, 28), actions (W, h, 14), targets (W, h, 28).
+    tr = [as_t(state[rows[~held, 0]]), as_t(action[rows[~held]]), as_t(next_state[rows[~held]])]
+    va = [as_t(state[rows[held, 0]]), as_t(action[rows[held]]), as_t(next_state[rows[held]])]
 
     with torch.no_grad():
-        poses = {id(b): fk(b[2].to(torch.float64)[:, :14]) for b in (tr, va)}
+        poses = {id(b): fk(b[2].to(torch.float64).reshape(-1, b[2].shape[-1])[:, :14]) for b in (tr, va)}
 
     def loss_at(theta_u: torch.Tensor, batch) -> torch.Tensor:
         s, a, target = batch
-        pred = surrogate(theta_u.expand(len(s), -1), s, a)
-        return trajectory_loss(pred.to(torch.float64), target.to(torch.float64), fk, cfg, poses[id(batch)])
+        theta = theta_u.expand(len(s), -1)
+        preds = []
+        for j in range(a.shape[1]):  # unroll the surrogate on its own predictions
+            s = surrogate(theta, s, a[:, j])
+            preds.append(s)
+        pred = torch.stack(preds, dim=1).reshape(-1, target.shape[-1])
+        return trajectory_loss(pred.to(torch.float64), target.reshape(-1, target.shape[-1]).to(torch.float64),
+                               fk, cfg, poses[id(batch)])
 
     base = np.clip(space.normalise(space.values_of(space.base)), 0.02, 0.98)
     starts = [base] + [rng.uniform(0.05, 0.95, space.dim) for _ in range(cfg.restarts - 1)]

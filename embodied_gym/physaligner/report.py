@@ -147,6 +147,11 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         f"| nominal | {b['translation_error_m'] * 100:.3f} | {b['rotation_error_rad']:.4f} | {b['joint_rmse_rad']:.4f} |",
         f"| calibrated | {a['translation_error_m'] * 100:.3f} | {a['rotation_error_rad']:.4f} | {a['joint_rmse_rad']:.4f} |",
         "",
+        *([f"PhysAligner's pick by open-loop replay of the fit episodes: **{result['logs']['chosen']}** "
+           f"(fit loss per candidate: " + ", ".join(f"{k} {v:.4f}" for k, v in result['logs']['selection'].items())
+           + ")" + (". No restart beat the starting physics on the fit episodes, so the result keeps it."
+                    if result['logs']['chosen'] == "start" else "."), ""]
+          if result.get("logs", {}).get("chosen") else []),
         "## Wall time",
         "",
         "| stage | seconds |",
