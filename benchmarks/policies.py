@@ -54,16 +54,22 @@ def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics
 
 def _train(dataset: Path, out: Path, cameras, args) -> float:
     ckpt = latest_checkpoint(out)
-    done = ckpt is not None and int(ckpt.name) >= args.steps
-    if done:
-        return json.loads((out / "timing.json").read_text())["train_time_s"]
-    r = train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
+    if ckpt is None or int(ckpt.name) < args.steps:
+        train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
                                  steps=args.steps, resume=ckpt is not None, num_threads=args.threads,
                                  save_every=max(100, args.steps // 4)))
-    prev = json.loads((out / "timing.json").read_text())["train_time_s"] if (out / "timing.json").exists() else 0.0
-    total = prev + r.train_time_s
-    (out / "timing.json").write_text(json.dumps({"train_time_s": total}))
-    return total
+    return _train_time(out / "train_log.jsonl")
+
+
+def _train_time(log: Path) -> float:
+    """Optimisation time over all (resumed) runs: ``time_s`` restarts at every resume."""
+    total, last = 0.0, 0.0
+    for line in log.read_text().splitlines():
+        t = json.loads(line)["time_s"]
+        if t < last:
+            total += last
+        last = t
+    return total + last
 
 
 def _eval(policy: Path, env_id: str, out: Path, args) -> dict:
