@@ -190,14 +190,14 @@ def _plot(results: dict, png: Path, task: str) -> None:
         return
     rates = [results[k]["success_rate"] for k in keys]
     err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)], [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
     ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color="#4c78a8")
-    ax.set_xticks(range(len(keys)), [f"({k})" for k in keys])
+    ax.set_xticks(range(len(keys)), [f"({k})\n" + textwrap.fill(results[k]["row"], 22) for k in keys], fontsize=7)
     ax.set_ylim(0, 1)
     ax.set_ylabel("success on the stand-in robot")
     ax.set_title(f"{task}: ACT rows of SPEC §4 (stand-in, Wilson 95 % CI)")
-    for i, k in enumerate(keys):
-        ax.text(i, 0.02, results[k]["row"], rotation=90, ha="center", va="bottom", fontsize=7, color="white")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
