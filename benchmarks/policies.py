@@ -54,16 +54,22 @@ def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics
 
 def _train(dataset: Path, out: Path, cameras, args) -> float:
     ckpt = latest_checkpoint(out)
-    done = ckpt is not None and int(ckpt.name) >= args.steps
-    if done:
-        return json.loads((out / "timing.json").read_text())["train_time_s"]
-    r = train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
+    if ckpt is None or int(ckpt.name) < args.steps:
+        train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
                                  steps=args.steps, resume=ckpt is not None, num_threads=args.threads,
                                  save_every=max(100, args.steps // 4)))
-    prev = json.loads((out / "timing.json").read_text())["train_time_s"] if (out / "timing.json").exists() else 0.0
-    total = prev + r.train_time_s
-    (out / "timing.json").write_text(json.dumps({"train_time_s": total}))
-    return total
+    return _train_time(out / "train_log.jsonl")
+
+
+def _train_time(log: Path) -> float:
+    """Optimisation time over all (resumed) runs: ``time_s`` restarts at every resume."""
+    total, last = 0.0, 0.0
+    for line in log.read_text().splitlines():
+        t = json.loads(line)["time_s"]
+        if t < last:
+            total += last
+        last = t
+    return total + last
 
 
 def _eval(policy: Path, env_id: str, out: Path, args) -> dict:
@@ -87,6 +93,7 @@ def main() -> None:
     p.add_argument("--tpo-rollouts", type=int, default=8)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
+    p.add_argument("--tpo-laplace-scale", type=float, default=0.1, help="b of TPO's Laplace likelihood")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "d"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--figure", help="also copy the figure here")
@@ -106,11 +113,13 @@ def main() -> None:
 
     if {"a", "b"} & set(args.rows):
         t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
-        timings.setdefault("record_standin_s", t)
+        if t == t:  # NaN when the dataset was already there
+            timings["record_standin_s"] = t
     if {"c", "d"} & set(args.rows):
         t = _record(sim, out / "data_sim", args.demos, ("cam_high",), args.image_size, physics=args.physics,
                     seed=50_000)
-        timings.setdefault("record_sim_s", t)
+        if t == t:
+            timings["record_sim_s"] = t
 
     rows = {
         "a": ("ACT, stand-in demos, 3 cameras", out / "data_standin", cams_a),
@@ -131,18 +140,22 @@ def main() -> None:
                             "steps": args.steps}
         elif key == "d":
             t_c = _train(out / "data_sim", out / "act_c", ("cam_high",), args)
-            tpo_out = out / "tpo_d"
+            b = args.tpo_laplace_scale
+            tag = "d" if b == 0.1 else f"d_b{b:g}"  # other likelihood scales are extra rows
+            tpo_out = out / f"tpo_{tag}"
             log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
-                                      num_threads=args.threads))
+                                      laplace_scale=b, num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
-            ev = _eval(tpo_out, real, out / "eval_d.json", args)
-            results["d"] = {"row": "(c) after TPO", "success_rate": ev["success_rate"], "ci95": ev["ci95"],
+            ev = _eval(tpo_out, real, out / f"eval_{tag}.json", args)
+            results[tag] = {"row": f"(c) after TPO (Laplace b={b:g})", "success_rate": ev["success_rate"],
+                            "ci95": ev["ci95"],
                             "episodes": ev["episodes"], "mean_return": ev["mean_return"],
                             "train_time_s": t_c + tpo_time, "tpo_time_s": tpo_time,
                             "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
-                                    "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
+                                    "pairs": args.tpo_pairs, "epochs": args.tpo_epochs, "laplace_scale": b,
+                                    "loss_last": [r["loss_last"] for r in log],
                                     "rollout_success": [r["rollout_success_rate"] for r in log],
                                     "score_mean": [r["score_mean"] for r in log]}}
         _save(results, results_path)
@@ -152,7 +165,7 @@ def main() -> None:
             shutil.copy(out / "policies.png", args.figure)
     print("| row | success on the stand-in (95 % CI) | mean return | training time |")
     print("|---|---|---|---|")
-    for key in ("a", "b", "c", "d"):
+    for key in sorted(k for k in results if not k.startswith("_")):
         if key in results:
             r = results[key]
             lo, hi = r["ci95"]
@@ -172,19 +185,19 @@ def _plot(results: dict, png: Path, task: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in ("a", "b", "c", "d") if k in results]
+    keys = sorted(k for k in results if not k.startswith("_"))
     if not keys:
         return
     rates = [results[k]["success_rate"] for k in keys]
     err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)], [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
     ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color="#4c78a8")
-    ax.set_xticks(range(len(keys)), [f"({k})" for k in keys])
+    ax.set_xticks(range(len(keys)), [f"({k})\n" + textwrap.fill(results[k]["row"], 22) for k in keys], fontsize=7)
     ax.set_ylim(0, 1)
     ax.set_ylabel("success on the stand-in robot")
     ax.set_title(f"{task}: ACT rows of SPEC §4 (stand-in, Wilson 95 % CI)")
-    for i, k in enumerate(keys):
-        ax.text(i, 0.02, results[k]["row"], rotation=90, ha="center", va="bottom", fontsize=7, color="white")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

@@ -39,7 +39,7 @@ class CurveCallback(BaseCallback):
         self.bar = tqdm(total=total, desc=desc, unit="step")  # SB3's own bar needs `rich`, not in our stack
 
     def _on_step(self) -> bool:
-        self.bar.n = self.num_timesteps
+        self.bar.n = min(self.num_timesteps, self.bar.total)
         self.bar.refresh()
         for info in self.locals.get("infos", []):
             ep = info.get("episode")

@@ -175,7 +175,7 @@ def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
     loss = tpo_loss(lw[None], lr_[None], lik.log_prob(t1)[None], lr_[None], beta=0.1)
     agent.policy.zero_grad()
     loss.backward()
-    assert float(loss) == pytest.approx(math.log(2), abs=1e-6)
+    assert loss.item() == pytest.approx(math.log(2), abs=1e-6)
     grads = [p.grad for p in agent.policy.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().max()) < 1e-10 for g in grads)
 

@@ -253,10 +253,14 @@ def load_backbone_weights(policy, path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- checkpoints
-def _atomic_json(path: Path, obj) -> None:
+def _atomic_text(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _atomic_json(path: Path, obj) -> None:
+    _atomic_text(path, json.dumps(obj, indent=2))
 
 
 def save_checkpoint(out: Path, step: int, policy, pre, post, optimizer, generator: torch.Generator,
@@ -367,8 +371,9 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
         step = json.loads((last / "training_state" / "training_step.json").read_text())["step"]
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
-    if step == 0 and log_path.exists():
-        log_path.unlink()
+    if log_path.exists():  # drop rows logged after the checkpoint we resume from (or all, when starting)
+        kept = [line for line in log_path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        _atomic_text(log_path, "".join(line + "\n" for line in kept))
 
     policy.train()
     t_train = time.time()
