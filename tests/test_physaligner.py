@@ -275,3 +275,13 @@ def test_calibrate_bad_datasets_name_the_episode(tmp_path, kind, match):
                              drop="observation.ee_pose" if kind == "missing" else None)
     with pytest.raises(SystemExit, match=match):
         main(["calibrate", "--dataset", str(root), "--task", "PickCup", "--out", str(tmp_path / "r.json")])
+
+
+def test_refinement_windows_stay_inside_episodes():
+    from embodied_gym.physaligner.refine import windows
+
+    episode = np.array([0] * 5 + [1] * 3)
+    w = windows(episode, 3)
+    assert w.tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [5, 6, 7]]
+    assert (episode[w] == episode[w[:, :1]]).all()
+    assert len(windows(episode, 6)) == 0
