@@ -27,9 +27,9 @@ class RecordSettings:
 
 @dataclass
 class CalibrateSettings:
-    """Stage 2: PhysAligner (or another method) on the recorded demonstrations."""
+    """Stage 2: calibration of the sim's physics on the recorded demonstrations."""
 
-    method: str = "physaligner"
+    method: str = "sysid"  # the recommended method (benchmarks/calibration.py)
     samples: int = 64
     epochs: int = 10
     restarts: int = 4

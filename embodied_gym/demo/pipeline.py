@@ -3,7 +3,8 @@
 For each task (SPEC §4's experiment shape):
 
 1. ``record``: expert demonstrations on the stand-in robot (the "real" data).
-2. ``calibrate``: PhysAligner (the recommended method) fits the sim's physics to them.
+2. ``calibrate``: the recommended calibration method (``mujoco.sysid`` after ``benchmarks/calibration.py``)
+   fits the sim's physics to them.
 3. ``visaligner``: VisAligner learns the stand-in camera's look from paired real/sim episodes.
 4. ``generate``: expert rollouts in the aligned sim (calibrated physics), their frames rendered by
    VisAligner — the training data of the aligned-sim policy.

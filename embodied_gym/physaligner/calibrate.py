@@ -29,7 +29,7 @@ from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
 
 METHODS = ("physaligner", "sysid", "cmaes", "sa")
-RECOMMENDED = "physaligner"
+RECOMMENDED = "sysid"
 
 # A parameter counts as unconstrained by the data when moving it by 10 % of its (normalised) box
 # raises the fit loss by less than 1 % (second-order estimate from the loss curvature).
