@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from embodied_gym.atomic import write_json
+
 
 def stage_key(settings: Any, inputs: list[str]) -> str:
     blob = json.dumps({"settings": settings, "inputs": inputs}, sort_keys=True, default=str)
@@ -62,10 +64,8 @@ class StageCache:
         t = time.perf_counter()
         outputs = fn(folder)
         wall = time.perf_counter() - t
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "settings": settings, "inputs": inputs, "outputs": outputs,
-                                   "wall_time_s": wall}, indent=2, default=str))
-        os.replace(tmp, marker)
+        write_json(marker, {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs,
+                            "wall_time_s": wall})
         rec = StageRecord(name, key, folder, outputs, wall, cached=False)
         self.records[name] = rec
         return rec

@@ -19,12 +19,12 @@ Every stage is cached (:mod:`.cache`); the report (:mod:`.report`) is rebuilt at
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from embodied_gym.atomic import write_json
 from embodied_gym.demo.cache import StageCache
 from embodied_gym.demo.config import DemoConfig
 
@@ -211,8 +211,6 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                                          "outputs": r.outputs} for k, r in recs.items()},
                           "evaluation": ev}
     summary = {"config": cfg.to_dict(), "tasks": per_task, "wall_time_s": time.time() - t_start}
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str))
-    os.replace(tmp, run_dir / "summary.json")
+    write_json(run_dir / "summary.json", summary)
     write_report(summary, run_dir / "report.html")
     return summary

@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+from embodied_gym.atomic import write_text
+
 # SPEC §4: the paper's task success (%) on the real robot, real-data SFT (three views) -> after RL in
 # EmbodieDreamer (single view); shown next to our stand-in figures, never mixed with them.
 PAPER = {"PickCup": (50, 90), "PenInCup": (20, 70), "RemoteInBox": (60, 80), "CupOnMat": (40, 70)}
@@ -139,7 +141,5 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
                          f"<td>{'cached (from an earlier run)' if s['cached'] else ''}</td></tr>")
         parts.append("</table>")
     parts.append("</body></html>")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(parts))
-    os.replace(tmp, path)
+    write_text(path, "\n".join(parts))
     return path

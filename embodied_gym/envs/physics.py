@@ -130,10 +130,9 @@ class PhysicsParams:
         return dataclasses.replace(base, **updates)
 
     def save(self, path: str | os.PathLike) -> None:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
-        os.replace(tmp, path)
+        from embodied_gym.atomic import write_json
+
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PhysicsParams":

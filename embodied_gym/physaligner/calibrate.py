@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied_gym.atomic import write_json
 from embodied_gym.data.replay import Episode, load_episodes
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
@@ -261,9 +262,7 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
         "logs": res.logs,
         "package_version": embodied_gym.__version__,
     }
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result_json, indent=2))
-    os.replace(tmp, out)
+    write_json(out, result_json)
     if report:
         from embodied_gym.physaligner.report import write_report
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from embodied_gym.atomic import write_text
 from embodied_gym.data.replay import Episode, ReplayResult, replay_episode
 from embodied_gym.envs import robot as layout
 
@@ -183,7 +184,5 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
     lines += ["", f"![TCP paths]({paths_png.name})", "", f"![losses]({loss_png.name})", "",
               f"![error vs wall time]({time_png.name})", ""]
     md = Path(f"{stem}.report.md")
-    tmp = md.with_name(md.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, md)
+    write_text(md, "\n".join(lines))
     return md
