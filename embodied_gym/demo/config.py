@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from embodied_gym.physaligner.calibrate import CalibrationConfig
+
 PROFILES = Path(__file__).with_name("profiles")
 
 
@@ -26,18 +28,10 @@ class RecordSettings:
 
 
 @dataclass
-class CalibrateSettings:
-    """Stage 2: calibration of the sim's physics on the recorded demonstrations."""
+class CalibrateSettings(CalibrationConfig):
+    """Stage 2: calibration of the sim's physics on the recorded demonstrations (any CalibrationConfig
+    field; the method defaults to the recommended one), plus which parameters are free."""
 
-    method: str = "sysid"  # the recommended method (benchmarks/calibration.py)
-    samples: int = 64
-    epochs: int = 10
-    restarts: int = 4
-    refine_steps: int = 400
-    sa_steps: int = 2000
-    cmaes_evaluations: int = 2000
-    sysid_iterations: int = 20
-    budget_s: float | None = None
     free: list[str] | None = None  # parameter names to calibrate (default: all)
 
 

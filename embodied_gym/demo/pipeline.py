@@ -73,9 +73,9 @@ def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> d
 
     c = cfg.calibrate
     frozen = [n for n in parameter_names() if n not in c.free] if c.free else []
-    settings = {k: v for k, v in dataclasses.asdict(c).items() if k not in ("free", "epochs")}
+    settings = {k: v for k, v in dataclasses.asdict(c).items() if k != "free"}
     result = calibrate(dataset, task, folder / "result.json", ParameterSpace(frozen=frozen),
-                       CalibrationConfig(surrogate_epochs=c.epochs, **settings))
+                       CalibrationConfig(**settings))
     return {"result": str(folder / "result.json"), "report": str(folder / "result.report.md"),
             "paths_png": str(folder / "result.paths.png"), "held_out_errors": result["held_out_errors"],
             "unconstrained": result["unconstrained"]}
