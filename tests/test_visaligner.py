@@ -138,6 +138,12 @@ def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
     long = loaded.generate_video(ref, np.concatenate([sims] * 3), np.concatenate([masks] * 3), 2,
                                  torch.Generator().manual_seed(0))
     assert long.shape == (12, *SIZE, 3)
+    # episodes of different lengths generated together: each keeps its own length and reference
+    ref2 = rng.integers(0, 255, (*SIZE, 3), np.uint8)
+    both = loaded.generate_videos([ref, ref2], [np.concatenate([sims] * 3), sims[:3]],
+                                  [np.concatenate([masks] * 3), masks[:3]], 2, torch.Generator().manual_seed(0))
+    assert [v.shape for v in both] == [(12, *SIZE, 3), (3, *SIZE, 3)]
+    assert (both[0][0] == ref).all() and (both[1][0] == ref2).all()
     with pytest.raises(FileNotFoundError, match="not a VisAligner model folder"):
         VisAlignerPipeline.from_pretrained(tmp_path)
 

@@ -54,6 +54,9 @@ class GenerateSettings:
 
     episodes: int = 50
     seed: int = 10_000  # distinct from the recording's seeds
+    num_inference_steps: int | None = None  # VisAligner denoising steps (default: the model's)
+    frame_stride: int | None = None  # generate every k-th frame and hold it (default: the model's stride)
+    batch_episodes: int = 8  # episodes generated together
 
 
 @dataclass
@@ -75,6 +78,7 @@ class TPOSettings:
     rollouts: int | None = None
     epochs: int = 80
     beta: float = 0.1
+    visaligner_steps: int | None = None  # denoising steps per observed frame in the rollouts (default: the model's)
 
 
 @dataclass
@@ -89,7 +93,7 @@ class EvalSettings:
 class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: ["PickCup"])
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
-    torch_threads: int = 1  # small CPU models: one thread is robust when other processes share the cores
+    torch_threads: int | None = None  # torch's CPU threads (default: torch's, one per core)
     record: RecordSettings = field(default_factory=RecordSettings)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     visaligner: VisAlignerSettings = field(default_factory=VisAlignerSettings)

@@ -92,17 +92,15 @@ def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, phy
 
 
 def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str) -> dict:
-    import embodied_gym
-    from embodied_gym.visaligner.render import render_dataset
+    from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligned_demos
 
     g, r = cfg.generate, cfg.record
-    sim = _record(embodied_gym.env_id(task), folder / "sim", g.episodes, g.seed, r.camera, r.image_size,
-                  physics=physics, max_episode_steps=cfg.max_episode_steps)
     reference = _first_frame(real_dataset, r.camera, folder / "reference.png")
-    summary = render_dataset(folder / "sim", model, folder / "aligned", camera=r.camera, reference=reference,
-                             physics=physics)
-    return {"sim_dataset": sim["dataset"], "dataset": str(folder / "aligned"), "reference": str(reference),
-            "sim_expert_success": sim["expert_success"], "render": summary}
+    return generate_aligned_demos(AlignedDemosConfig(
+        task=task, episodes=g.episodes, physics=physics, model=model, reference=str(reference), camera=r.camera,
+        image_size=tuple(r.image_size), seed=g.seed, max_episode_steps=cfg.max_episode_steps,
+        num_inference_steps=g.num_inference_steps, frame_stride=g.frame_stride, batch_episodes=g.batch_episodes),
+        folder)
 
 
 def _first_frame(dataset: str, camera: str, png: Path) -> Path:
@@ -133,7 +131,7 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
     t = cfg.tpo
     log = train_tpo(TPOConfig(policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
                               iterations=t.iterations, pairs=t.pairs, rollouts=t.rollouts, epochs=t.epochs,
-                              beta=t.beta, physics=physics, visaligner=model,
+                              beta=t.beta, physics=physics, visaligner=model, visaligner_steps=t.visaligner_steps,
                               max_episode_steps=cfg.max_episode_steps))
     return {"policy": str(folder / "tpo"), "log": log}
 
@@ -162,7 +160,8 @@ def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None
     run_dir = Path(run_dir)
     t_start = time.time()
     threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.torch_threads)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
     try:
         return _run(cfg, run_dir, rerun_from, t_start)
     finally:

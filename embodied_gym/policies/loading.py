@@ -203,8 +203,10 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
 
 
 def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = None, robot_config: str | None = None,
-                 render_mode: str | None = None, extra_cameras: tuple[str, ...] = (), **kwargs):
-    """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim)."""
+                 render_mode: str | None = None, extra_cameras: tuple[str, ...] = (),
+                 visaligner_steps: int | None = None, **kwargs):
+    """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim;
+    ``visaligner_steps`` denoising steps per generated frame, default the model's)."""
     import gymnasium as gym
 
     import embodied_gym  # noqa: F401  (registers the ids)
@@ -239,7 +241,8 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
             raise RuntimeError(f"VisAligner is not available in this installation ({e}); it comes with issue 5 "
                                f"(embodied_gym.wrappers.visaligner). Evaluate without --visaligner meanwhile.") from None
         cams = tuple(kw.get("cameras", ()))
-        env = VisAlignerWrapper(gym.make(env_id, **kw), visaligner, camera=cams[0] if cams else "cam_high")
+        env = VisAlignerWrapper(gym.make(env_id, **kw), visaligner, camera=cams[0] if cams else "cam_high",
+                                num_inference_steps=visaligner_steps)
     else:
         env = gym.make(env_id, **kw)
     if isinstance(agent, ExpertAgent):

@@ -63,6 +63,7 @@ class TPOConfig:
     laplace_scale: float = 0.1  # b, normalised action units
     physics: str | None = None
     visaligner: str | None = None
+    visaligner_steps: int | None = None  # denoising steps per generated frame (default: the model's)
     seed: int = 0
     eval_episodes: int = 0
     num_threads: int | None = None
@@ -216,7 +217,8 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     policy = agent.policy
     task = cfg.env_id.split("-")[1]
     extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner, **extra)
+    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner,
+                       visaligner_steps=cfg.visaligner_steps, **extra)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:

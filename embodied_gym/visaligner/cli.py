@@ -52,7 +52,8 @@ def _cmd_render(args) -> int:
     _threads(args)
     summary = render_dataset(args.dataset, args.model, args.out, camera=args.camera, reference=args.reference,
                              episodes=args.episodes, physics=args.physics, num_inference_steps=args.steps,
-                             seed=args.seed, resume=args.resume)
+                             seed=args.seed, frame_stride=args.frame_stride,
+                             batch_episodes=args.batch_episodes, resume=args.resume)
     print(json.dumps(summary))
     return 0
 
@@ -97,6 +98,10 @@ def add_commands(subparsers) -> None:
     rd.add_argument("--physics", help="calibrated physics JSON for the sim replay")
     rd.add_argument("--steps", type=int, help="denoising steps (model's default)")
     rd.add_argument("--seed", type=int, default=0)
+    rd.add_argument("--frame-stride", type=int,
+                    help="generate every k-th frame and hold it (default: the model's training stride)")
+    rd.add_argument("--batch-episodes", type=int, default=8,
+                    help="episodes generated together (faster on a CPU; memory grows with it)")
     rd.add_argument("--resume", action="store_true", help="continue an interrupted render")
     rd.add_argument("--threads", type=int)
     rd.set_defaults(func=_cmd_render)

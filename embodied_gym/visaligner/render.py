@@ -43,8 +43,20 @@ def load_image(path: str | os.PathLike, size: tuple[int, int] | None = None) -> 
 def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: str | os.PathLike, *,
                    camera: str = "cam_high", reference: str | os.PathLike | None = None,
                    episodes: list[int] | None = None, physics=None, num_inference_steps: int | None = None,
-                   seed: int = 0, resume: bool = False, progress: bool = True) -> dict:
-    """Write ``out`` (see the module docstring); returns a summary dict."""
+                   seed: int = 0, frame_stride: int | None = None, batch_episodes: int = 8, resume: bool = False,
+                   progress: bool = True) -> dict:
+    """Write ``out`` (see the module docstring); returns a summary dict.
+
+    VisAligner generates every ``frame_stride``-th frame (default: the model's own stride, the frame
+    rate it was trained at) and each generated frame is held until the next one, exactly what
+    :class:`~embodied_gym.wrappers.VisAlignerWrapper` shows a policy in the aligned sim; ``1``
+    generates every frame (``frame_stride`` times slower, and at a frame rate the model never saw).
+
+    ``batch_episodes`` episodes are generated together (one denoiser batch per chunk index), then
+    written one by one, so an interrupted run resumes at the first episode not yet written.
+    """
+    if batch_episodes < 1:
+        raise ValueError(f"batch_episodes must be >= 1, got {batch_episodes}")
     import gymnasium as gym
     import torch
     from lerobot.datasets import LeRobotDataset
@@ -54,8 +66,14 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     from embodied_gym.visaligner.paired import dataset_task, read_episode_frames, replay_render
     from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
+    from lerobot.configs.video import RGBEncoderConfig
+
+    encoder = RGBEncoderConfig(vcodec="h264")  # as `record`: several times faster than AV1 on a CPU
     src_root, out = Path(dataset), Path(out)
     pipe = VisAlignerPipeline.from_pretrained(model)
+    stride = frame_stride or pipe.config.frame_stride
+    if stride < 1:
+        raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
     src = LeRobotDataset(dataset_repo_id(src_root), root=src_root, video_backend="pyav")
     key = f"observation.images.{camera}"
     if key not in src.meta.video_keys:
@@ -97,37 +115,48 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     hf = src.hf_dataset.with_format("numpy")
     ep_col = np.asarray(hf["episode_index"])
     try:
-        for e in tqdm(wanted[done:], desc="visaligner render", unit="ep", disable=not progress):
-            ep = load_episodes(src_root, [e])[0]
-            sim, masks = replay_render(ep, env, camera, size)
-            ref = fixed_ref if fixed_ref is not None else read_episode_frames(src_root, camera, [e])[e][0]
-            gen = pipe.generate_video(ref, sim, masks, num_inference_steps,
-                                      torch.Generator(pipe.device).manual_seed(seed + e))
-            rows_e = hf.select(np.flatnonzero(ep_col == e).tolist())
-            if dst is None or dst._is_finalized:
-                dst = (LeRobotDataset.create(repo_id, fps=src.meta.fps, features=features, root=out,
-                                             robot_type=src.meta.robot_type, use_videos=True, video_backend="pyav")
-                       if not (out / "meta" / "info.json").exists()
-                       else LeRobotDataset.resume(repo_id, root=out, video_backend="pyav"))
-            for t in range(len(rows_e)):
-                r = rows_e[t]
-                frame = {k: np.asarray(r[k], dtype=features[k]["dtype"]).reshape(features[k]["shape"])
-                         for k in features if k not in src.meta.video_keys}
-                for vk in src.meta.video_keys:
-                    frame[vk] = gen[t] if vk == key else None
-                frame = {k: v for k, v in frame.items() if v is not None}
-                if any(vk not in frame for vk in src.meta.video_keys):
-                    raise ValueError(f"render handles datasets with one camera; {src_root} has {src.meta.video_keys}")
-                frame["task"] = ep.task
-                dst.add_frame(frame)
-            dst.save_episode()
-            dst.finalize()
-            row = dict(sidecar.get(e, {"episode_index": e}), episode_index=len(out_rows), source_episode=e,
-                       visaligner={"model": os.path.abspath(model), "reference": ref_source, "camera": camera})
-            out_rows.append(row)
-            tmp = out / (SIDECAR + ".tmp")
-            tmp.write_text("".join(json.dumps(x) + "\n" for x in out_rows))
-            os.replace(tmp, out / SIDECAR)
+        todo = wanted[done:]
+        bar = tqdm(total=len(todo), desc="visaligner render", unit="ep", disable=not progress)
+        for g0 in range(0, len(todo), batch_episodes):
+            group = todo[g0:g0 + batch_episodes]
+            eps = load_episodes(src_root, group)
+            sims, masks = zip(*(replay_render(ep, env, camera, size) for ep in eps))
+            refs = [fixed_ref if fixed_ref is not None else read_episode_frames(src_root, camera, [e])[e][0]
+                    for e in group]
+            keys = [np.arange(0, len(v), stride) for v in sims]
+            gens = pipe.generate_videos(refs, [v[k] for v, k in zip(sims, keys)], [m[k] for m, k in zip(masks, keys)],
+                                        num_inference_steps, torch.Generator(pipe.device).manual_seed(seed + group[0]))
+            gens = [g[np.arange(len(v)) // stride] for g, v in zip(gens, sims)]  # hold each keyframe
+            for e, ep, gen in zip(group, eps, gens):
+                rows_e = hf.select(np.flatnonzero(ep_col == e).tolist())
+                if dst is None or dst._is_finalized:
+                    dst = (LeRobotDataset.create(repo_id, fps=src.meta.fps, features=features, root=out,
+                                                 robot_type=src.meta.robot_type, use_videos=True, video_backend="pyav",
+                                                 rgb_encoder=encoder)
+                           if not (out / "meta" / "info.json").exists()
+                           else LeRobotDataset.resume(repo_id, root=out, video_backend="pyav", rgb_encoder=encoder))
+                for t in range(len(rows_e)):
+                    r = rows_e[t]
+                    frame = {k: np.asarray(r[k], dtype=features[k]["dtype"]).reshape(features[k]["shape"])
+                             for k in features if k not in src.meta.video_keys}
+                    for vk in src.meta.video_keys:
+                        frame[vk] = gen[t] if vk == key else None
+                    frame = {k: v for k, v in frame.items() if v is not None}
+                    if any(vk not in frame for vk in src.meta.video_keys):
+                        raise ValueError(f"render handles datasets with one camera; {src_root} has {src.meta.video_keys}")
+                    frame["task"] = ep.task
+                    dst.add_frame(frame)
+                dst.save_episode()
+                dst.finalize()
+                row = dict(sidecar.get(e, {"episode_index": e}), episode_index=len(out_rows), source_episode=e,
+                           visaligner={"model": os.path.abspath(model), "reference": ref_source, "camera": camera,
+                                       "frame_stride": stride})
+                out_rows.append(row)
+                tmp = out / (SIDECAR + ".tmp")
+                tmp.write_text("".join(json.dumps(x) + "\n" for x in out_rows))
+                os.replace(tmp, out / SIDECAR)
+                bar.update(1)
+        bar.close()
     finally:
         env.close()
     return {"out": str(out), "episodes": len(out_rows), "reference": ref_source}

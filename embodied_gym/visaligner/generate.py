@@ -1,0 +1,84 @@
+"""Training data from the aligned simulator: expert demonstrations in the calibrated sim whose camera
+frames VisAligner renders as the real camera would show them (SPEC §3, the paper's data engine).
+
+Two steps, both resumable:
+
+1. ``<out>/sim``: the scripted expert recorded in the sim with the calibrated physics (plain renders);
+2. ``<out>/aligned``: the same episodes with the camera's video replaced by VisAligner's frames
+   (:func:`~embodied_gym.visaligner.render.render_dataset`), starting from a real reference image.
+
+``<out>/aligned`` is what an aligned-sim policy trains on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class AlignedDemosConfig:
+    """Which demonstrations to generate, and how VisAligner renders them."""
+
+    task: str
+    episodes: int
+    physics: str | None  # calibrated physics (a calibration result JSON); None = nominal
+    model: str  # VisAligner model folder
+    reference: str  # a real camera frame (image file) every episode starts from
+    camera: str = "cam_high"
+    image_size: tuple[int, int] = (64, 80)
+    seed: int = 10_000  # episode i is reset with seed + i (keep it apart from the real recording's seeds)
+    max_episode_steps: int | None = None
+    num_inference_steps: int | None = None  # default: the model's
+    frame_stride: int | None = None  # default: the model's
+    batch_episodes: int = 8
+
+
+def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
+    """Record ``cfg.episodes`` expert episodes in the calibrated sim, then render them through
+    VisAligner; reruns continue where an interrupted run stopped."""
+    import gymnasium as gym
+
+    import embodied_gym
+    from embodied_gym.data.recording import record
+    from embodied_gym.visaligner.render import render_dataset
+
+    out = Path(out)
+    env_id = embodied_gym.env_id(cfg.task)
+    sim_root, aligned_root = out / "sim", out / "aligned"
+    done = _episodes(sim_root)
+    if done < cfg.episodes:
+        kwargs = dict(obs_type="pixels_state", cameras=(cfg.camera,), image_size=tuple(cfg.image_size))
+        if cfg.physics is not None:
+            kwargs["physics"] = cfg.physics
+        if cfg.max_episode_steps:
+            kwargs["max_episode_steps"] = cfg.max_episode_steps
+        env = gym.make(env_id, **kwargs)
+        try:
+            record(env, embodied_gym.make_expert(env), sim_root, cfg.episodes - done, seed=cfg.seed, env_id=env_id,
+                   resume=done > 0, progress=progress)
+        finally:
+            env.close()
+    rendered = _episodes(aligned_root)
+    render = {"episodes": rendered}
+    if rendered < cfg.episodes:
+        render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=cfg.reference,
+                                physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
+                                frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
+                                resume=rendered > 0, progress=progress)
+    return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(cfg.reference),
+            "sim_expert_success": _success_rate(sim_root), "render": render}
+
+
+def _episodes(root: Path) -> int:
+    info = root / "meta" / "info.json"
+    return json.loads(info.read_text())["total_episodes"] if info.exists() else 0
+
+
+def _success_rate(root: Path) -> float:
+    from embodied_gym.data.features import SIDECAR
+
+    rows = [json.loads(x) for x in (root / SIDECAR).read_text().splitlines() if x.strip()]
+    return sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)
