@@ -4,12 +4,16 @@ Rows (all evaluated on the stand-in robot, ``EmbodieDreamer-<Task>-Real-v0``):
 
 (a) ACT on ``--demos`` stand-in demonstrations, three cameras (cam_high + both wrists)
 (b) the same, cam_high only
-(c) ACT, cam_high only, trained on sim demonstrations (calibrated physics with ``--physics``;
-    VisAligner frames with ``--visaligner``, else plain sim renders)
-(d) (c) after TPO in the same sim
+(c) ACT, cam_high only, trained in the aligned sim: expert demonstrations in the sim with the
+    calibrated physics (``--physics``) whose frames VisAligner renders (``--visaligner``); without
+    ``--visaligner``, plain sim renders (and nominal physics without ``--physics``)
+(d) (c) after TPO in the same (aligned) sim
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench_policies \
-        [--physics result.json] [--visaligner DIR] [--steps 2000] [--eval-episodes 50]
+        [--physics result.json --visaligner DIR] [--steps 2000] [--eval-episodes 50]
+
+The demo (``embodied-gym demo``) produces both inputs: ``runs/<name>/calibrate/result.json`` and
+``runs/<name>/visaligner/train/model``.
 
 Every stage is skipped when its output exists, so an interrupted run resumes. Results go to
 ``<out>/results.json`` and a bar chart with Wilson 95 % intervals to ``<out>/policies.png``
@@ -31,6 +35,7 @@ from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_a
 from embodied_gym.policies.evaluate import evaluate_policy
 from embodied_gym.policies.loading import ExpertAgent, make_env_for
 from embodied_gym.policies.tpo import TPOConfig, train_tpo
+from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligned_demos
 
 THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
 
@@ -50,6 +55,19 @@ def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics
     finally:
         env.close()
     return time.time() - t0
+
+
+def _first_real_frame(dataset: Path, png: Path) -> Path:
+    from PIL import Image
+
+    from embodied_gym.visaligner.paired import read_episode_frames
+
+    if not png.exists():
+        if not (dataset / "meta" / "info.json").exists():
+            raise SystemExit(f"no stand-in recording at {dataset} to take the reference frame from: run row a or b "
+                             f"first, or pass --reference IMAGE")
+        Image.fromarray(read_episode_frames(dataset, "cam_high", [0])[0][0]).save(png)
+    return png
 
 
 def _train(dataset: Path, out: Path, cameras, args) -> float:
@@ -88,19 +106,23 @@ def main() -> None:
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
     p.add_argument("--physics", help="PhysAligner result JSON for the aligned sim (rows c, d)")
-    p.add_argument("--visaligner", help="VisAligner model folder (rows c, d)")
+    p.add_argument("--visaligner", help="VisAligner model folder (rows c, d): the aligned sim's camera")
+    p.add_argument("--visaligner-steps", type=int, default=10, help="VisAligner denoising steps (rows c, d)")
+    p.add_argument("--reference", help="real frame the aligned-sim episodes start from (default: the first "
+                                       "stand-in demo's first cam_high frame)")
     p.add_argument("--tpo-iterations", type=int, default=2)
     p.add_argument("--tpo-rollouts", type=int, default=8)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
     p.add_argument("--tpo-laplace-scale", type=float, default=0.1, help="b of TPO's Laplace likelihood")
+    p.add_argument("--tpo-sft-weight", type=float, default=0.0, help="TPO's optional L1 anchor (0: the paper's loss)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "d"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--figure", help="also copy the figure here")
     args = p.parse_args()
-    if args.visaligner:
-        raise SystemExit("rows c/d with --visaligner need sim demonstrations rendered through VisAligner; "
-                         "that generation path comes with issue 5 and is not wired here yet")
+    if args.visaligner and not args.physics:
+        raise SystemExit("--visaligner needs --physics too: row (c) is the aligned sim (calibrated physics and "
+                         "VisAligner frames); run `embodied-gym calibrate` first, or the demo, which does both")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,8 +137,18 @@ def main() -> None:
         t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
         if t == t:  # NaN when the dataset was already there
             timings["record_standin_s"] = t
-    if {"c", "d"} & set(args.rows):
-        t = _record(sim, out / "data_sim", args.demos, ("cam_high",), args.image_size, physics=args.physics,
+    sim_data = out / "data_sim"
+    if {"c", "d"} & set(args.rows) and args.visaligner:
+        # the aligned sim: expert demos in the calibrated sim, frames rendered by VisAligner from a real frame
+        t0 = time.time()
+        reference = args.reference or str(_first_real_frame(out / "data_standin", out / "reference.png"))
+        gen = generate_aligned_demos(AlignedDemosConfig(
+            task=args.task, episodes=args.demos, physics=args.physics, model=args.visaligner, reference=reference,
+            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps), out / "data_aligned")
+        sim_data = Path(gen["dataset"])
+        timings.setdefault("generate_aligned_s", time.time() - t0)
+    elif {"c", "d"} & set(args.rows):
+        t = _record(sim, sim_data, args.demos, ("cam_high",), args.image_size, physics=args.physics,
                     seed=50_000)
         if t == t:
             timings["record_sim_s"] = t
@@ -124,11 +156,13 @@ def main() -> None:
     rows = {
         "a": ("ACT, stand-in demos, 3 cameras", out / "data_standin", cams_a),
         "b": ("ACT, stand-in demos, cam_high", out / "data_standin", ("cam_high",)),
-        "c": ("ACT, sim demos, cam_high" + (" (calibrated physics)" if args.physics else " (nominal physics)"),
-              out / "data_sim", ("cam_high",)),
+        "c": ("ACT, aligned sim (calibrated physics, VisAligner frames), cam_high" if args.visaligner else
+              "ACT, sim demos, cam_high" + (" (calibrated physics)" if args.physics else " (nominal physics)"),
+              sim_data, ("cam_high",)),
     }
     results["_settings"] = {"task": args.task, "demos": args.demos, "image_size": args.image_size,
                             "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
+                            "visaligner": args.visaligner, "visaligner_steps": args.visaligner_steps,
                             "timings": timings}
     for key in args.rows:  # in the order given; results are saved after every row
         if key in ("a", "b", "c"):
@@ -139,22 +173,26 @@ def main() -> None:
                             "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
                             "steps": args.steps}
         elif key == "d":
-            t_c = _train(out / "data_sim", out / "act_c", ("cam_high",), args)
-            b = args.tpo_laplace_scale
-            tag = "d" if b == 0.1 else f"d_b{b:g}"  # other likelihood scales are extra rows
+            t_c = _train(sim_data, out / "act_c", ("cam_high",), args)
+            b, w = args.tpo_laplace_scale, args.tpo_sft_weight
+            # the default TPO is row (d); other likelihood scales and the optional anchor are extra rows
+            tag = "d" + ("" if b == 0.1 else f"_b{b:g}") + ("" if not w else f"_sft{w:g}")
             tpo_out = out / f"tpo_{tag}"
             log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
-                                      laplace_scale=b, num_threads=args.threads))
+                                      visaligner=args.visaligner, visaligner_steps=args.visaligner_steps,
+                                      laplace_scale=b, sft_weight=w, num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
             ev = _eval(tpo_out, real, out / f"eval_{tag}.json", args)
-            results[tag] = {"row": f"(c) after TPO (Laplace b={b:g})", "success_rate": ev["success_rate"],
+            results[tag] = {"row": f"(c) after TPO (Laplace b={b:g}" + (f", L1 anchor {w:g})" if w else ")"),
+                            "success_rate": ev["success_rate"],
                             "ci95": ev["ci95"],
                             "episodes": ev["episodes"], "mean_return": ev["mean_return"],
                             "train_time_s": t_c + tpo_time, "tpo_time_s": tpo_time,
                             "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                     "pairs": args.tpo_pairs, "epochs": args.tpo_epochs, "laplace_scale": b,
+                                    "sft_weight": w,
                                     "loss_last": [r["loss_last"] for r in log],
                                     "rollout_success": [r["rollout_success_rate"] for r in log],
                                     "score_mean": [r["score_mean"] for r in log]}}

@@ -291,7 +291,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_progress() -> None:
+    """Keep the terminal to our own progress bars: `datasets` draws a "Map" bar for every saved
+    episode. LeRobot re-enables those bars after each save, so only `datasets`' environment
+    switch (read at import, which has priority) holds; process-wide, so only the CLI sets it."""
+    import warnings
+
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    warnings.filterwarnings("ignore", message="Cannot enable progress bars")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _quiet_progress()
     args = build_parser().parse_args(argv)
     if getattr(args, "tasks", None):
         from embodied_gym.envs.tasks import TASKS

@@ -17,7 +17,8 @@ def write_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int = 
     h, w = frames[0].shape[:2]
     tmp = f"{path}.tmp.mp4"
     with av.open(tmp, mode="w") as container:
-        stream = container.add_stream("libx264", rate=fps)
+        # x264's own statistics would print a dozen lines per file once LeRobot has restored FFmpeg's logger
+        stream = container.add_stream("libx264", rate=fps, options={"x264-params": "log=-1"})
         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sizes
         stream.pix_fmt = "yuv420p"
         for f in frames:

@@ -44,6 +44,20 @@ def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
     stages = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
     assert [n for n, s in stages.items() if not s["cached"]] == ["evaluate"]
 
+    # a changed setting reruns just its stage; `evaluate.expert: false` takes the expert's bar from
+    # its recorded demonstrations (3 in the smoke profile) instead of evaluating it again
+    override = smoke_run.parent / "no_expert.yaml"
+    override.write_text("evaluate: {expert: false}\n")
+    assert main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s",
+                 "--config", str(override)]) == 0
+    summary = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]
+    assert [n for n, s in summary["stages"].items() if not s["cached"]] == ["evaluate"]
+    expert = summary["evaluation"]["expert"]
+    recorded = summary["stages"]["record"]["outputs"]["expert_success"]
+    assert expert["episodes"] == 3 and expert["source"].startswith("record")
+    assert expert["success_rate"] == pytest.approx(recorded) and expert["ci95"][0] <= recorded <= expert["ci95"][1]
+    assert "expert (recorded demos)" in (smoke_run / "report.html").read_text()
+
 
 def test_cache_key_changes_with_settings_and_inputs(tmp_path):
     cache = StageCache(tmp_path, order=["a", "b"])

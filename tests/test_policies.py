@@ -99,6 +99,11 @@ def test_wilson_interval_known_values():
     lo, hi = wilson_interval(0, 10)
     assert lo == 0.0 and hi == pytest.approx(0.2775, abs=1e-4)
     assert wilson_interval(50, 50)[1] == pytest.approx(1.0) and wilson_interval(50, 50)[0] > 0.9
+    # the interval always holds its own estimate (an error bar of zero, never a negative one)
+    for n in range(1, 60):
+        for k in range(n + 1):
+            lo, hi = wilson_interval(k, n)
+            assert lo <= k / n <= hi
 
 
 def test_eval_act_on_sim_id(tiny_act, tmp_path):
@@ -192,6 +197,17 @@ def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
     opt.step()
     with torch.no_grad():
         assert float(margin()) > 0
+
+    # The optional anchor (sft_weight): the L1 that log_prob reports is consistent with the Laplace
+    # likelihood, and a step on it brings the policy closer to the preferred trajectory.
+    logp, l1 = lik.log_prob(t1, with_l1=True)
+    n = float(t1.mask.sum())
+    assert float(l1) == pytest.approx(-0.1 * (float(logp) + n * 14 * math.log(0.2)) / (n * 14), rel=1e-4)
+    opt.zero_grad()
+    l1.backward()
+    opt.step()
+    with torch.no_grad():
+        assert float(lik.log_prob(t1, with_l1=True)[1]) < float(l1)
 
 
 def test_trajectory_scoring_ranks_success_first():

@@ -222,6 +222,17 @@ def test_render_cli_writes_a_new_dataset(trained, standin_dataset, tmp_path):
     row = json.loads((tmp_path / "r" / "meta" / "embodied_gym_episodes.jsonl").read_text().splitlines()[0])
     assert row["source_episode"] == 1 and "ref.png" in row["visaligner"]["reference"]
 
+    # two episodes generated in one batch, every 3rd frame generated (and held until the next one)
+    from embodied_gym.visaligner.paired import read_episode_frames
+
+    assert main(["visaligner", "render", "--dataset", str(standin_dataset), "--model", str(out / "model"),
+                 "--out", str(tmp_path / "s"), "--episodes", "0", "1", "--steps", "1", "--frame-stride", "3",
+                 "--batch-episodes", "2"]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "s" / "meta" / "embodied_gym_episodes.jsonl").read_text().splitlines()]
+    assert [r["source_episode"] for r in rows] == [0, 1] and rows[0]["visaligner"]["frame_stride"] == 3
+    frames = read_episode_frames(tmp_path / "s", "cam_high", [0, 1])
+    assert [len(frames[e]) for e in (0, 1)] == [30, 30]
+
 
 def test_metrics_on_known_inputs(tmp_path):
     rng = np.random.default_rng(0)

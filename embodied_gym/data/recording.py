@@ -63,6 +63,15 @@ def _jsonable(poses: dict) -> dict:
     return {k: [float(x) for x in v] for k, v in poses.items()}
 
 
+def video_encoder(vcodec: str = "h264"):
+    """LeRobot's RGB encoder config for ``vcodec``; libx264's statistics (a dozen log lines per
+    saved episode) are switched off."""
+    from lerobot.configs.video import RGBEncoderConfig
+
+    extra = {"x264-params": "log=-1"} if vcodec in ("h264", "libx264") else {}
+    return RGBEncoderConfig(vcodec=vcodec, extra_options=extra)
+
+
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
            resume: bool = False, repo_id: str | None = None, env_id: str | None = None,
            progress: bool = True, vcodec: str = "h264") -> RecordingSummary:
@@ -74,11 +83,10 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
     LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files.
     """
-    from lerobot.configs.video import RGBEncoderConfig
     from lerobot.datasets import LeRobotDataset
     from tqdm import tqdm
 
-    encoder = RGBEncoderConfig(vcodec=vcodec)
+    encoder = video_encoder(vcodec)
 
     u = env.unwrapped
     if getattr(u, "obs_type", None) not in ("state", "pixels_state"):

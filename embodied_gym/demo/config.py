@@ -79,6 +79,7 @@ class TPOSettings:
     epochs: int = 80
     beta: float = 0.1
     visaligner_steps: int | None = None  # denoising steps per observed frame in the rollouts (default: the model's)
+    sft_weight: float = 0.0  # > 0: also imitate the preferred rollouts (not in the paper; policies/tpo.py)
 
 
 @dataclass
@@ -87,6 +88,9 @@ class EvalSettings:
 
     episodes: int = 50
     seed: int = 100_000
+    # False: the scripted expert's bar shows its recorded demonstrations on the stand-in (the record
+    # stage's episodes and seeds) instead of a separate evaluation run
+    expert: bool = True
 
 
 @dataclass

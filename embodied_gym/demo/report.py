@@ -18,6 +18,11 @@ LABELS = {"expert": "scripted expert", "act_real": "ACT, stand-in demos", "act_a
           "tpo": "ACT, aligned sim + TPO"}
 
 
+def _label(name: str, entry: dict) -> str:
+    """A policy's label; the expert's bar may come from its recorded demonstrations (demo ``evaluate.expert``)."""
+    return LABELS.get(name, name) + (" (recorded demos)" if entry.get("source") else "")
+
+
 def _img(path: str | Path, width: int | None = None) -> str:
     data = base64.b64encode(Path(path).read_bytes()).decode()
     w = f' width="{width}"' if width else ""
@@ -56,7 +61,7 @@ def success_chart(task: str, evaluation: dict) -> str:
         before, after = PAPER[task]
         ax.axhline(before, color="tab:red", ls="--", lw=1, label=f"paper, real robot: real-data ACT {before} %")
         ax.axhline(after, color="tab:green", ls="--", lw=1, label=f"paper, real robot: after RL {after} %")
-    ax.set_xticks(list(x), [f"{LABELS[n]}\n(n={evaluation[n]['episodes']})" for n in names], fontsize=8)
+    ax.set_xticks(list(x), [f"{_label(n, evaluation[n])}\n(n={evaluation[n]['episodes']})" for n in names], fontsize=8)
     ax.set(ylim=(0, 105), ylabel="task success (%)", title=f"{task}: success on the stand-in robot")
     ax.legend(fontsize=7, loc="upper left")
     return _png_of(fig)
@@ -129,7 +134,7 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
         parts.append(success_chart(task, t["evaluation"]))
         parts.append("<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th></tr>")
         for name, e in t["evaluation"].items():
-            parts.append(f"<tr><td>{LABELS.get(name, name)}</td><td>{e['success_rate']:.0%}</td>"
+            parts.append(f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
                          f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td></tr>")
         parts.append("</table>")
         videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]

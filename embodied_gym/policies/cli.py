@@ -31,7 +31,7 @@ def _cmd_train_tpo(args) -> int:
     cfg = TPOConfig(policy=args.policy, env_id=args.env, out=args.out, iterations=args.iterations,
                     rollouts=args.rollouts, pairs=args.pairs, beta=args.beta, epochs=args.epochs, lr=args.lr,
                     laplace_scale=args.laplace_scale, physics=args.physics, visaligner=args.visaligner,
-                    visaligner_steps=args.visaligner_steps,
+                    visaligner_steps=args.visaligner_steps, sft_weight=args.sft_weight,
                     seed=args.seed, eval_episodes=args.eval_episodes, num_threads=args.threads,
                     batch_size=args.batch_size)
     try:
@@ -104,6 +104,8 @@ def add_commands(sub) -> None:
                      help="b of the Laplace likelihood, in normalised action units (default 0.1)")
     tpo.add_argument("--physics", help="calibrated physics JSON (PhysAligner result)")
     tpo.add_argument("--visaligner", help="VisAligner model folder (observations rendered photoreal)")
+    tpo.add_argument("--sft-weight", type=float, default=0.0,
+                     help="add this times ACT's L1 loss on the preferred trajectories (default 0: the paper's loss)")
     tpo.add_argument("--visaligner-steps", type=int, help="denoising steps per generated frame (default: the model's)")
     tpo.add_argument("--eval-episodes", type=int, default=0, help="greedy evaluation episodes after each iteration")
     tpo.add_argument("--seed", type=int, default=0)

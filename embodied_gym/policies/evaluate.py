@@ -24,7 +24,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at p = 0 or 1 one bound equals p exactly; rounding must not put p outside its own interval
+    return min(p, max(0.0, centre - half)), max(p, min(1.0, centre + half))
 
 
 @dataclass

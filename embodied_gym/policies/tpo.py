@@ -25,6 +25,12 @@ at step ``s + j`` is element ``j`` of the chunk predicted at ``o_s``, and that e
 executed action equal to ``â`` and the L1 likelihood's gradient zero. ``â`` is computed with ACT's
 inference path (latent zero, dropout off) and gradients on.
 
+**Optional anchor (not in the paper).** Minimising the preference loss alone can push both
+likelihoods down as long as the rejected one falls faster, which drifts a weak policy away from
+anything it did well. ``sft_weight`` > 0 adds ``sft_weight`` × ACT's L1 loss on the preferred
+trajectories (normalised units), the negative-log-likelihood anchor of RPO (Pang et al. 2024,
+"Iterative Reasoning Preference Optimization"). The default, 0, is the paper's loss.
+
 Outputs in ``out``: ``checkpoints/<iteration>/`` (a loadable policy, as ``train act`` writes),
 ``tpo_log.jsonl`` (per iteration: scores, rollout success, loss, optional greedy evaluation) and
 ``tpo.png``. A rerun with the same ``out`` resumes after the last finished iteration.
@@ -61,6 +67,7 @@ class TPOConfig:
     lr: float = 1e-5
     batch_size: int = 8  # pairs per gradient step
     laplace_scale: float = 0.1  # b, normalised action units
+    sft_weight: float = 0.0  # > 0 adds ACT's L1 loss on the preferred trajectories (not in the paper; see above)
     physics: str | None = None
     visaligner: str | None = None
     visaligner_steps: int | None = None  # denoising steps per generated frame (default: the model's)
@@ -133,9 +140,15 @@ class ACTLikelihood:
         k = actions_norm.shape[1]
         return actions_norm, predicted[:, :k]
 
-    def log_prob(self, traj: Trajectory) -> torch.Tensor:
+    def log_prob(self, traj: Trajectory, with_l1: bool = False):
+        """``log π(τ)``; with ``with_l1`` also the mean L1 error per executed action (ACT's own
+        training loss on this trajectory, normalised units)."""
         a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions)
-        return laplace_log_prob(a, pred, traj.mask.float(), self.scale).sum()
+        mask = traj.mask.float()
+        logp = laplace_log_prob(a, pred, mask, self.scale).sum()
+        if not with_l1:
+            return logp
+        return logp, ((a - pred).abs().mean(-1) * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -252,11 +265,14 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                 perm = torch.randperm(len(pairs), generator=generator).tolist()
                 for s in range(0, len(perm), cfg.batch_size):
                     chosen = [pairs[j] for j in perm[s:s + cfg.batch_size]]
-                    lw = torch.stack([likelihood.log_prob(trajs[w]) for w, _ in chosen])
+                    won = [likelihood.log_prob(trajs[w], with_l1=True) for w, _ in chosen]
+                    lw = torch.stack([x[0] for x in won])
                     ll = torch.stack([likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
                     rw = torch.stack([ref_logp[w] for w, _ in chosen])
                     rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
                     loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
+                    if cfg.sft_weight:  # imitate the preferred trajectories too (RPO-style anchor)
+                        loss = loss + cfg.sft_weight * torch.stack([x[1] for x in won]).mean()
                     optimizer.zero_grad()
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)

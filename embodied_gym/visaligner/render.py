@@ -66,9 +66,9 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     from embodied_gym.visaligner.paired import dataset_task, read_episode_frames, replay_render
     from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
-    from lerobot.configs.video import RGBEncoderConfig
+    from embodied_gym.data.recording import video_encoder
 
-    encoder = RGBEncoderConfig(vcodec="h264")  # as `record`: several times faster than AV1 on a CPU
+    encoder = video_encoder("h264")  # as `record`: several times faster than AV1 on a CPU
     src_root, out = Path(dataset), Path(out)
     pipe = VisAlignerPipeline.from_pretrained(model)
     stride = frame_stride or pipe.config.frame_stride
