@@ -15,7 +15,8 @@ Rows (all evaluated on the stand-in robot, ``EmbodieDreamer-<Task>-Real-v0``):
 The demo (``embodied-gym demo``) produces both inputs: ``runs/<name>/calibrate/result.json`` and
 ``runs/<name>/visaligner/train/model``.
 
-Every stage is skipped when its output exists, so an interrupted run resumes. Results go to
+Every stage is skipped when its output exists, so an interrupted run resumes (and a changed setting
+needs a new ``--out``; rows (c)/(d) with and without ``--visaligner`` use separate folders). Results go to
 ``<out>/results.json`` and a bar chart with Wilson 95 % intervals to ``<out>/policies.png``
 (``--figure`` copies it, e.g. to benchmarks/figures/).
 """
@@ -144,7 +145,8 @@ def main() -> None:
         reference = args.reference or str(_first_real_frame(out / "data_standin", out / "reference.png"))
         gen = generate_aligned_demos(AlignedDemosConfig(
             task=args.task, episodes=args.demos, physics=args.physics, model=args.visaligner, reference=reference,
-            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps), out / "data_aligned")
+            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps),
+            out / "data_aligned")
         sim_data = Path(gen["dataset"])
         timings.setdefault("generate_aligned_s", time.time() - t0)
     elif {"c", "d"} & set(args.rows):
@@ -164,27 +166,30 @@ def main() -> None:
                             "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
                             "visaligner": args.visaligner, "visaligner_steps": args.visaligner_steps,
                             "timings": timings}
+    # rows (c)/(d) in the aligned sim and in the plain sim never share output folders
+    mode = "_aligned" if args.visaligner else ""
+    folder = {"a": "a", "b": "b", "c": f"c{mode}", "mode": mode}
     for key in args.rows:  # in the order given; results are saved after every row
         if key in ("a", "b", "c"):
             name, data, cams = rows[key]
-            t = _train(data, out / f"act_{key}", cams, args)
-            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
+            t = _train(data, out / f"act_{folder[key]}", cams, args)
+            ev = _eval(out / f"act_{folder[key]}", real, out / f"eval_{folder[key]}.json", args)
             results[key] = {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
                             "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
                             "steps": args.steps}
         elif key == "d":
-            t_c = _train(sim_data, out / "act_c", ("cam_high",), args)
+            t_c = _train(sim_data, out / f"act_{folder['c']}", ("cam_high",), args)
             b, w = args.tpo_laplace_scale, args.tpo_sft_weight
             # the default TPO is row (d); other likelihood scales and the optional anchor are extra rows
             tag = "d" + ("" if b == 0.1 else f"_b{b:g}") + ("" if not w else f"_sft{w:g}")
-            tpo_out = out / f"tpo_{tag}"
-            log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
+            tpo_out = out / f"tpo_{tag}{folder['mode']}"
+            log = train_tpo(TPOConfig(policy=str(out / f"act_{folder['c']}"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
                                       visaligner=args.visaligner, visaligner_steps=args.visaligner_steps,
                                       laplace_scale=b, sft_weight=w, num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
-            ev = _eval(tpo_out, real, out / f"eval_{tag}.json", args)
+            ev = _eval(tpo_out, real, out / f"eval_{tag}{folder['mode']}.json", args)
             results[tag] = {"row": f"(c) after TPO (Laplace b={b:g}" + (f", L1 anchor {w:g})" if w else ")"),
                             "success_rate": ev["success_rate"],
                             "ci95": ev["ci95"],

@@ -144,6 +144,12 @@ def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
                                   [np.concatenate([masks] * 3), masks[:3]], 2, torch.Generator().manual_seed(0))
     assert [v.shape for v in both] == [(12, *SIZE, 3), (3, *SIZE, 3)]
     assert (both[0][0] == ref).all() and (both[1][0] == ref2).all()
+    # one generator per episode: an episode's frames do not depend on what it is batched with
+    seeded = loaded.generate_videos([ref, ref2], [np.concatenate([sims] * 3), sims[:3]],
+                                    [np.concatenate([masks] * 3), masks[:3]], 2,
+                                    [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)])
+    alone = loaded.generate_video(ref2, sims[:3], masks[:3], 2, torch.Generator().manual_seed(2))
+    assert np.abs(seeded[1].astype(int) - alone).max() <= 1
     with pytest.raises(FileNotFoundError, match="not a VisAligner model folder"):
         VisAlignerPipeline.from_pretrained(tmp_path)
 
@@ -176,6 +182,12 @@ def test_svd_preset_widens_conv_in_with_zero_channels(tmp_path):
     with torch.no_grad():  # the zero channels leave the pretrained function unchanged
         assert torch.allclose(wide(torch.cat([x, mask], 2), 10, tok, ids).sample, unet(x, 10, tok, ids).sample,
                               atol=1e-5)
+    # SVD's temporal decoder is recognised (through diffusers' forward hooks) and decodes a clip
+    from embodied_gym.visaligner.pipeline import make_scheduler
+
+    pipe = VisAlignerPipeline(vae.eval(), wide.eval(), ref.eval(), make_scheduler(cfg), cfg)
+    assert pipe.temporal_vae
+    assert pipe.decode_latents(torch.randn(4, 4, 8, 10), batch=4).shape == (4, 16, 20, 3)
 
 
 def test_wrapper_passes_check_env_and_times_frames(trained):

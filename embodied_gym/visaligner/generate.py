@@ -57,8 +57,9 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
             kwargs["max_episode_steps"] = cfg.max_episode_steps
         env = gym.make(env_id, **kwargs)
         try:
+            # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
             record(env, embodied_gym.make_expert(env), sim_root, cfg.episodes - done, seed=cfg.seed, env_id=env_id,
-                   resume=done > 0, progress=progress)
+                   resume=(sim_root / "meta" / "info.json").exists(), progress=progress)
         finally:
             env.close()
     rendered = _episodes(aligned_root)
@@ -67,7 +68,7 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=cfg.reference,
                                 physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
                                 frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
-                                resume=rendered > 0, progress=progress)
+                                resume=(aligned_root / "meta" / "info.json").exists(), progress=progress)
     return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(cfg.reference),
             "sim_expert_success": _success_rate(sim_root), "render": render}
 

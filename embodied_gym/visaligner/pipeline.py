@@ -117,6 +117,14 @@ class VisAlignerPipeline:
         return next(self.unet.parameters()).device
 
     @property
+    def temporal_vae(self) -> bool:
+        """Whether the VAE decodes whole clips (SVD's temporal decoder needs ``num_frames``)."""
+        import inspect
+
+        # inspect.signature follows the __wrapped__ of diffusers' forward hooks; __code__ would not
+        return "num_frames" in inspect.signature(self.vae.decode).parameters
+
+    @property
     def dtype(self) -> torch.dtype:
         return next(self.unet.parameters()).dtype
 
@@ -137,7 +145,7 @@ class VisAlignerPipeline:
         with torch.no_grad():
             for i in range(0, len(latents), batch):
                 z = latents[i:i + batch].to(self.device, self.dtype) / self.vae.config.scaling_factor
-                kw = {"num_frames": len(z)} if "num_frames" in self.vae.decode.__code__.co_varnames else {}
+                kw = {"num_frames": len(z)} if self.temporal_vae else {}
                 x = self.vae.decode(z, **kw).sample
                 out.append(((x.float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy())
         return np.concatenate(out)
@@ -189,11 +197,16 @@ class VisAlignerPipeline:
 
     @torch.no_grad()
     def sample_latents(self, cond: torch.Tensor, mask: torch.Tensor, num_inference_steps: int | None = None,
-                       generator: torch.Generator | None = None, temporal: bool = True) -> torch.Tensor:
-        """Denoise ``(B, N, C, h, w)`` latents given condition and mask latents."""
+                       generator=None, temporal: bool = True) -> torch.Tensor:
+        """Denoise ``(B, N, C, h, w)`` latents given condition and mask latents; ``generator`` is one
+        ``torch.Generator`` for the batch or a list of B, one per clip."""
         steps = num_inference_steps or self.config.num_inference_steps
         self.scheduler.set_timesteps(steps, device=cond.device)
-        latents = torch.randn(cond.shape, generator=generator, device=cond.device, dtype=cond.dtype)
+        if isinstance(generator, (list, tuple)):  # one per clip: a clip's noise does not depend on its batch
+            latents = torch.stack([torch.randn(cond.shape[1:], generator=g, device=cond.device, dtype=cond.dtype)
+                                   for g in generator])
+        else:
+            latents = torch.randn(cond.shape, generator=generator, device=cond.device, dtype=cond.dtype)
         latents = latents * self.scheduler.init_noise_sigma
         ref_tokens = self.reference_encoder(cond[:, 0])
         ctx = temporal_layers_off(self.unet) if not temporal else contextlib.nullcontext()
@@ -213,8 +226,9 @@ class VisAlignerPipeline:
         return self.generate_clips([reference], [sim_frames], [masks], num_inference_steps, generator, temporal)[0]
 
     def generate_clips(self, references, sim_clips, masks=None, num_inference_steps: int | None = None,
-                       generator: torch.Generator | None = None, temporal: bool = True) -> list[np.ndarray]:
-        """Several independent clips of equal length, denoised as one batch (see :meth:`__call__`)."""
+                       generator=None, temporal: bool = True) -> list[np.ndarray]:
+        """Several independent clips of equal length, denoised as one batch (see :meth:`__call__`);
+        ``generator``: one for the batch, or a list with one per clip."""
         sim_clips = [np.asarray(s) for s in sim_clips]
         masks = list(masks) if masks is not None else [None] * len(sim_clips)
         if len({s.shape for s in sim_clips}) != 1 or sim_clips[0].ndim != 4 or len(sim_clips[0]) < 2:
@@ -227,7 +241,7 @@ class VisAlignerPipeline:
         self.unet.train(was_training)
         n = len(sim_clips[0])
         # a temporal VAE decoder (SVD's) must see one clip per call; the tiny VAE decodes frames alone
-        per_call = n if "num_frames" in self.vae.decode.__code__.co_varnames else 32
+        per_call = n if self.temporal_vae else 32
         frames = _resize(self.decode_latents(lat.flatten(0, 1), batch=per_call), sim_clips[0].shape[1:3])
         out = [frames[i * n:(i + 1) * n] for i in range(len(sim_clips))]
         for clip, ref in zip(out, references):
@@ -243,11 +257,10 @@ class VisAlignerPipeline:
                                     progress)[0]
 
     def generate_videos(self, references, sim_videos, masks=None, num_inference_steps: int | None = None,
-                        generator: torch.Generator | None = None, temporal: bool = True,
-                        progress: bool = False) -> list[np.ndarray]:
+                        generator=None, temporal: bool = True, progress: bool = False) -> list[np.ndarray]:
         """Several episodes at once (any lengths): chunk k of every episode that has one is denoised in
-        one batch. Episodes stay independent; batching amortises the per-call cost, which dominates a
-        small model on a CPU (8 episodes per call generate several times faster than one by one)."""
+        one batch. With ``generator`` a list (one per episode) every episode's frames are the same as
+        when generated alone, whatever it is batched with."""
         from tqdm import tqdm
 
         sims = [np.asarray(s) for s in sim_videos]
@@ -266,9 +279,10 @@ class VisAlignerPipeline:
                     if e - a >= 2:
                         groups.setdefault(e - a, []).append((i, a, e))
             for items in groups.values():
+                gens = [generator[i] for i, _, _ in items] if isinstance(generator, (list, tuple)) else generator
                 clips = self.generate_clips([outs[i][a] for i, a, _ in items], [sims[i][a:e] for i, a, e in items],
                                             [None if masks[i] is None else masks[i][a:e] for i, a, e in items],
-                                            num_inference_steps, generator, temporal)
+                                            num_inference_steps, gens, temporal)
                 for (i, a, e), clip in zip(items, clips):
                     outs[i][a + 1:e] = clip[1:]
         return outs

@@ -48,8 +48,8 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     """Write ``out`` (see the module docstring); returns a summary dict.
 
     VisAligner generates every ``frame_stride``-th frame (default: the model's own stride, the frame
-    rate it was trained at) and each generated frame is held until the next one, exactly what
-    :class:`~embodied_gym.wrappers.VisAlignerWrapper` shows a policy in the aligned sim; ``1``
+    rate it was trained at) and each generated frame is held until the next one, with the keyframe
+    timing of :class:`~embodied_gym.wrappers.VisAlignerWrapper` in the aligned sim; ``1``
     generates every frame (``frame_stride`` times slower, and at a frame rate the model never saw).
 
     ``batch_episodes`` episodes are generated together (one denoiser batch per chunk index), then
@@ -71,7 +71,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     encoder = video_encoder("h264")  # as `record`: several times faster than AV1 on a CPU
     src_root, out = Path(dataset), Path(out)
     pipe = VisAlignerPipeline.from_pretrained(model)
-    stride = frame_stride or pipe.config.frame_stride
+    stride = pipe.config.frame_stride if frame_stride is None else frame_stride
     if stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
     src = LeRobotDataset(dataset_repo_id(src_root), root=src_root, video_backend="pyav")
@@ -124,8 +124,9 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
             refs = [fixed_ref if fixed_ref is not None else read_episode_frames(src_root, camera, [e])[e][0]
                     for e in group]
             keys = [np.arange(0, len(v), stride) for v in sims]
+            seeds = [torch.Generator(pipe.device).manual_seed(seed + e) for e in group]  # batching-independent
             gens = pipe.generate_videos(refs, [v[k] for v, k in zip(sims, keys)], [m[k] for m, k in zip(masks, keys)],
-                                        num_inference_steps, torch.Generator(pipe.device).manual_seed(seed + group[0]))
+                                        num_inference_steps, seeds)
             gens = [g[np.arange(len(v)) // stride] for g, v in zip(gens, sims)]  # hold each keyframe
             for e, ep, gen in zip(group, eps, gens):
                 rows_e = hf.select(np.flatnonzero(ep_col == e).tolist())
@@ -143,7 +144,8 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
                         frame[vk] = gen[t] if vk == key else None
                     frame = {k: v for k, v in frame.items() if v is not None}
                     if any(vk not in frame for vk in src.meta.video_keys):
-                        raise ValueError(f"render handles datasets with one camera; {src_root} has {src.meta.video_keys}")
+                        raise ValueError(f"render handles datasets with one camera; {src_root} has "
+                                         f"{src.meta.video_keys}")
                     frame["task"] = ep.task
                     dst.add_frame(frame)
                 dst.save_episode()
