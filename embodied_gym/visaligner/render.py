@@ -63,10 +63,9 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     from tqdm import tqdm
 
     import embodied_gym
+    from embodied_gym.data.recording import video_encoder
     from embodied_gym.visaligner.paired import dataset_task, read_episode_frames, replay_render
     from embodied_gym.visaligner.pipeline import VisAlignerPipeline
-
-    from embodied_gym.data.recording import video_encoder
 
     encoder = video_encoder("h264")  # as `record`: several times faster than AV1 on a CPU
     src_root, out = Path(dataset), Path(out)
