@@ -1,6 +1,7 @@
 """Env speed vs raw MuJoCo and vs gym-aloha, and scripted-expert success per task.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/env_benchmark.py [--episodes 50] [--out benchmarks/results/env.json]
+    MUJOCO_GL=egl .venv/bin/python benchmarks/env_benchmark.py --overhead-only   # the state-obs overhead row alone
 
 Prints a Markdown table (pasted into BENCHMARKS.md) and writes the raw figures as JSON.
 """
@@ -80,10 +81,10 @@ def bench_state(task: str = "PickCup", repeats: int = 9) -> dict:
         for seed, actions in episodes:
             env.reset(seed=seed)
             mujoco.mj_copyData(raw, u.model, u.data)
-            ctrl = actions[:, u._ctrl_source] * u._ctrl_sign  # what the env writes, precomputed
+            ctrl = actions[:, u.sim.ctrl_source] * u.sim.ctrl_sign  # what the env writes, precomputed
             t0 = time.perf_counter()
             for c in ctrl:
-                raw.ctrl[u._ctrl_index] = c
+                raw.ctrl[u.sim.ctrl_index] = c
                 mujoco.mj_step(u.model, raw, nstep=N_SUBSTEPS)
             elapsed += time.perf_counter() - t0
         raw_times.append(elapsed)
@@ -150,9 +151,18 @@ def main():
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--steps", type=int, default=2000, help="steps timed for the pixel comparison (x1/4)")
     p.add_argument("--out", default="benchmarks/results/env.json")
+    p.add_argument("--overhead-only", action="store_true", help="only the state-obs env overhead over raw mj_step")
+    p.add_argument("--repeats", type=int, default=9, help="paired env/raw timings for the overhead")
     args = p.parse_args()
+    if args.overhead_only:
+        r = bench_state(repeats=args.repeats)
+        lo, hi = r["env_overhead_pct_range"]
+        print(f"env overhead over raw MuJoCo, state obs, PickCup ({r['replayed_steps']} steps, median of "
+              f"{r['repeats']} paired runs): {r['env_overhead_pct']:.1f} % (range {lo:.1f} to {hi:.1f} %); "
+              f"env {r['env_state_steps_per_s']:.0f} steps/s, raw {r['raw_mj_step_control_steps_per_s']:.0f}")
+        return
     res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-           "mujoco": mujoco.__version__, **bench_state(), **bench_pixels(args.steps // 4),
+           "mujoco": mujoco.__version__, **bench_state(repeats=args.repeats), **bench_pixels(args.steps // 4),
            "experts": bench_experts(args.episodes)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -6,25 +6,22 @@ only name their task and document it, as gymnasium's MuJoCo envs do.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
-import gymnasium as gym
 import mujoco
 import numpy as np
 
 from embodied_gym.envs import robot, spaces as sp
-from embodied_gym.envs.control import JointTargetController
+from embodied_gym.envs.base import AlohaEnv
 from embodied_gym.envs.kinematics import ArmKinematics
-from embodied_gym.envs.physics import PhysicsParams, apply_physics, resolve_physics
-from embodied_gym.envs.scene import N_SUBSTEPS, CONTROL_DT, SceneLook, compile_scene
+from embodied_gym.envs.physics import PhysicsParams, resolve_physics
+from embodied_gym.envs.scene import SceneLook
+from embodied_gym.envs.sim_core import SimCore
 from embodied_gym.envs.tasks import Task, make_task
 
-_SETTLE_SUBSTEPS = 50  # 0.1 s for objects to come to rest on the table after placement
 
-
-class AlohaTaskEnv(gym.Env):
+class AlohaTaskEnv(AlohaEnv):
     """Base class of the simulated ALOHA task envs (see the task classes for each task).
 
     Keyword arguments (all envs):
@@ -68,128 +65,87 @@ class AlohaTaskEnv(gym.Env):
     drawn from the reset seed within the task's ranges, then settled for 0.1 s.
 
     The compiled ``mujoco.MjModel`` and ``mujoco.MjData`` are ``env.unwrapped.model`` and
-    ``env.unwrapped.data``.
+    ``env.unwrapped.data``; the simulator core that owns them (joint mapping, actuators, cameras)
+    is ``env.unwrapped.sim`` (:class:`~embodied_gym.envs.sim_core.SimCore`).
     """
 
-    metadata = {"render_modes": list(sp.RENDER_MODES), "render_fps": round(1 / CONTROL_DT)}
+    is_simulated = True
     task_name: str = ""
 
     def __init__(self, obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
                  control_mode: str = "joint_pos", physics: PhysicsParams | str | os.PathLike | dict | None = None,
                  render_mode: str | None = None, terminate_on_success: bool = True,
                  task: Task | str | None = None, look: SceneLook | None = None):
-        self.task = make_task(task or self.task_name) if not isinstance(task, Task) else task
+        task = make_task(task or self.task_name) if not isinstance(task, Task) else task
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
-        self.obs_type, self.cameras, self.image_size = opts.obs_type, opts.cameras, opts.image_size
-        self.control_mode, self.render_mode = opts.control_mode, opts.render_mode
-        self.observation_space = opts.observation_space()
-        self.terminate_on_success = terminate_on_success
         self.physics = resolve_physics(physics)
-
-        self.model, self.idx, self._handles = compile_scene(self.task, self.physics, look)
-        self.data = mujoco.MjData(self.model)
-        self.kinematics = ArmKinematics(self.model, self.idx)
-        self.controller = JointTargetController(control_mode, self.kinematics)
-        self.action_space = self.controller.action_space
-        self._renderer: mujoco.Renderer | None = None
-        self._object_body_ids = np.array(list(self.idx.object_bodies.values()), dtype=int)
-        self._gripper_body_ids = self.model.site_bodyid[self.idx.tcp_sites]
+        self.sim = SimCore(task, self.physics, look)
+        self.model, self.data, self.idx = self.sim.model, self.sim.data, self.sim.idx
+        self._init_contract(task, opts, terminate_on_success, ArmKinematics(self.model, self.idx))
         self._last_obs: dict[str, np.ndarray] | None = None
         self._elapsed = 0
-        self._instabilities = 0
-        # ctrl[_ctrl_index] = targets[_ctrl_source] * _ctrl_sign: arms, then both fingers (mirrored).
-        fingers = self.idx.finger_actuators
-        self._ctrl_index = np.concatenate([self.idx.arm_actuators, fingers[:, 0], fingers[:, 1]])
-        self._ctrl_source = np.concatenate([robot.ARM_INDICES, robot.GRIPPER_INDICES, robot.GRIPPER_INDICES])
-        self._ctrl_sign = np.r_[np.ones(14), -np.ones(2)]
 
     # ------------------------------------------------------------------ public state
-    @property
-    def joint_targets(self) -> np.ndarray:
-        """The 14 joint targets the controllers track now."""
-        return self.controller.targets.copy()
-
     @property
     def commanded_targets(self) -> np.ndarray:
         """The 14 joint targets last sent to the actuators (what a recording stores as action)."""
         return self.controller.targets.copy()
 
-    @property
-    def ee_targets(self) -> tuple[np.ndarray, np.ndarray]:
-        """(2x3 positions, 2x3x3 rotations) of the ``ee_delta`` TCP targets."""
-        return self.controller.ee_pos.copy(), self.controller.ee_rot.copy()
-
     def set_physics(self, physics) -> None:
         """Swap physical parameters without rebuilding the scene."""
         self.physics = resolve_physics(physics)
-        apply_physics(self.model, self.physics, self._handles)
+        self.sim.set_physics(self.physics)
 
     def apply_joint_targets(self, targets: np.ndarray) -> None:
         """Make the controllers track ``targets`` (14) from now on, bypassing the action space."""
         self.controller.targets = np.asarray(targets, dtype=np.float64).copy()
-        self._apply_targets()
+        self.sim.command(self.controller.targets)
 
     def set_joint_state(self, qpos: np.ndarray, qvel: np.ndarray | None = None) -> None:
         """Put the robot at joint positions ``qpos`` (14) with velocities ``qvel`` and track them;
         objects stay where they are."""
-        self._write_joint_state(np.asarray(qpos, dtype=np.float64))
-        if qvel is not None:
-            v = np.asarray(qvel, dtype=np.float64)
-            self.data.qvel[self.idx.arm_dof] = v[robot.ARM_INDICES]
-            g = v[robot.GRIPPER_INDICES]
-            self.data.qvel[self.idx.finger_dof[:, 0]] = g
-            self.data.qvel[self.idx.finger_dof[:, 1]] = -g
+        qpos = np.asarray(qpos, dtype=np.float64)
+        self.sim.write_joint_state(qpos, qvel)
         self.controller.reset(qpos)
-        self._apply_targets()
+        self.sim.hold(self.controller.targets)
         mujoco.mj_forward(self.model, self.data)
 
     def task_info(self) -> dict[str, Any]:
         """Success, reward (and its terms) and privileged poses of the current state, as ``info``."""
-        status = self.task.evaluate(self.model, self.data, self.idx)
+        status = self.sim.evaluate()
         return dict(self._info(status), reward=status.reward)
 
     def joint_positions(self) -> np.ndarray:
-        return self.data.qpos[self.idx.joint_qpos].copy()
+        return self.sim.joint_positions()
 
     def joint_velocities(self) -> np.ndarray:
-        return self.data.qvel[self.idx.joint_dof].copy()
+        return self.sim.joint_velocities()
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        m, d = self.model, self.data
-        mujoco.mj_resetData(m, d)
         self.controller.reset(robot.START_QPOS)
-        self._write_joint_state(robot.START_QPOS)
-        self._apply_targets()
-        layout = self.task.sample_layout(self.np_random)
-        if options and "layout" in options:
-            layout.update({k: np.asarray(v, float) for k, v in options["layout"].items()})
-        self.task.place(m, d, layout)
-        mujoco.mj_forward(m, d)
-        mujoco.mj_step(m, d, nstep=_SETTLE_SUBSTEPS)
-        d.time = 0.0
-        self._instabilities = _instability_count(d)
+        self.sim.reset_scene(self.np_random, (options or {}).get("layout"))
         self._elapsed = 0
         obs = self._observation()
         self._last_obs = obs
-        info = self._info(self.task.evaluate(m, d, self.idx))
-        return obs, info
+        return obs, self._info(self.sim.evaluate())
 
     def step(self, action):
-        _, clipped = self.controller(action)
-        self._apply_targets()
+        targets, clipped = self.controller(action)
+        sim = self.sim
+        sim.command(targets)
         t_before = self.data.time
-        mujoco.mj_step(self.model, self.data, nstep=N_SUBSTEPS)
+        sim.step()
         self._elapsed += 1
 
-        error = self._physics_error(t_before)
+        error = sim.physics_error(t_before)
         if error is not None:
             info = {"is_success": False, "task": self.task.description, "physics_error": error,
                     "action_clipped": clipped, "step": self._elapsed}
             return self._last_obs, 0.0, False, True, info
 
-        status = self.task.evaluate(self.model, self.data, self.idx)
+        status = sim.evaluate()
         obs = self._observation()
         self._last_obs = obs
         info = self._info(status)
@@ -205,81 +161,26 @@ class AlohaTaskEnv(gym.Env):
     def render_camera(self, camera: str, image_size: tuple[int, int] | None = None) -> np.ndarray:
         """An RGB frame of ``camera`` now (any camera, whatever the observation holds)."""
         sp.check_choice("camera", camera, list(self.idx.cameras))
-        size = image_size or self.image_size
-        renderer = self._get_renderer(size)
-        renderer.update_scene(self.data, camera=self.idx.cameras[camera])
-        return renderer.render().copy()
+        return self.sim.render_camera(camera, image_size or self.image_size)
 
     def close(self):
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        self.sim.close()
 
     # ------------------------------------------------------------------ internals
-    def _get_renderer(self, size) -> mujoco.Renderer:
-        r = self._renderer
-        if r is None or (r.height, r.width) != tuple(size):
-            if r is not None:
-                r.close()
-            from embodied_gym.rendering import make_renderer
-
-            self._renderer = r = make_renderer(self.model, *size)
-        return r
-
-    def _apply_targets(self) -> None:
-        self.data.ctrl[self._ctrl_index] = self.controller.targets[self._ctrl_source] * self._ctrl_sign
-
-    def _write_joint_state(self, q14: np.ndarray) -> None:
-        d = self.data
-        d.qpos[self.idx.arm_qpos] = q14[robot.ARM_INDICES]
-        g = q14[robot.GRIPPER_INDICES]
-        d.qpos[self.idx.finger_qpos[:, 0]] = g
-        d.qpos[self.idx.finger_qpos[:, 1]] = -g
-
-    def _physics_error(self, t_before: float) -> str | None:
-        d = self.data
-        # On NaN, inf or huge qpos/qvel/qacc MuJoCo warns and resets the state: count the warnings.
-        n = _instability_count(d)
-        if n > self._instabilities:
-            self._instabilities = n
-            return f"MuJoCo instability (NaN, inf or huge qpos/qvel/qacc) after t={t_before:.3f}s; MuJoCo reset the state"
-        if not math.isfinite(d.qvel.sum() + d.qpos.sum()):
-            return f"non-finite state at t={d.time:.3f}s"
-        return None
-
     def _observation(self) -> dict[str, np.ndarray]:
         obs: dict[str, np.ndarray] = {}
         if self.obs_type != "pixels":
-            obs["joint_pos"] = self.joint_positions()
-            obs["joint_vel"] = self.joint_velocities()
+            obs["joint_pos"] = self.sim.joint_positions()
+            obs["joint_vel"] = self.sim.joint_velocities()
         if self.obs_type != "state":
             for cam in self.cameras:
-                obs[cam] = self.render_camera(cam)
+                obs[cam] = self.sim.render_camera(cam, self.image_size)
         return sp.clip_observation(self.observation_space, obs)
 
     def _info(self, status) -> dict[str, Any]:
-        d = self.data
-        bodies = self._object_body_ids
-        poses = dict(zip(self.idx.object_bodies, np.concatenate([d.xpos[bodies], d.xquat[bodies]], axis=1)))
-        # The TCP sites are not rotated against their gripper body, so they share its quaternion.
-        tcp = np.concatenate([d.site_xpos[self.idx.tcp_sites], d.xquat[self._gripper_body_ids]], axis=1)
-        return {
-            "is_success": bool(status.success),
-            "task": self.task.description,
-            "reward_terms": status.terms,
-            "object_poses": poses,
-            "tcp_poses": tcp,
-            "step": self._elapsed,
-        }
-
-
-_BADQPOS, _BADQVEL, _BADQACC = (int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
-                                                  mujoco.mjtWarning.mjWARN_BADQACC))
-
-
-def _instability_count(d: mujoco.MjData) -> int:
-    n = d.warning.number
-    return int(n[_BADQPOS] + n[_BADQVEL] + n[_BADQACC])
+        info = self.sim.privileged_info(status)
+        info["step"] = self._elapsed
+        return info
 
 
 class PickCupEnv(AlohaTaskEnv):

@@ -68,7 +68,7 @@ class ScriptedExpert:
         self.env = env.unwrapped
         self.task = self.env.task
         # Both the sim and the real env carry the arm model their controller uses for IK.
-        kin = self.env.controller.kinematics
+        kin = self.env.kinematics
         self.kin = ArmKinematics(kin.model, kin.idx)
         self.plan: list[Waypoint] | None = None
         self.arm = 1

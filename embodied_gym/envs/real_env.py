@@ -14,11 +14,10 @@ import time
 from typing import Any, Callable
 
 import cv2
-import gymnasium as gym
 import numpy as np
 
 from embodied_gym.envs import robot as layout, spaces as sp
-from embodied_gym.envs.control import JointTargetController
+from embodied_gym.envs.base import AlohaEnv
 from embodied_gym.envs.kinematics import ArmKinematics
 from embodied_gym.envs.physics import resolve_physics
 from embodied_gym.envs.scene import CONTROL_DT, compile_scene
@@ -34,7 +33,7 @@ class RobotError(RuntimeError):
     """The robot failed; it was disconnected before this was raised."""
 
 
-class AlohaRealEnv(gym.Env):
+class AlohaRealEnv(AlohaEnv):
     """``EmbodieDreamer-<Task>-Real-v0``: a task on a real (or stand-in) ALOHA robot.
 
     Keyword arguments: those of :class:`~embodied_gym.envs.aloha_env.AlohaTaskEnv` (``obs_type``,
@@ -65,7 +64,7 @@ class AlohaRealEnv(gym.Env):
     context. The env is a context manager; ``close()`` is idempotent and disconnects the robot.
     """
 
-    metadata = {"render_modes": list(sp.RENDER_MODES), "render_fps": round(1 / CONTROL_DT)}
+    is_simulated = False
 
     def __init__(self, task: str = "PickCup", robot=None, robot_config: str | os.PathLike | None = None,
                  obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
@@ -74,20 +73,14 @@ class AlohaRealEnv(gym.Env):
                  camera_map: dict[str, str] | None = None, max_relative_target=DEFAULT_MAX_RELATIVE_TARGET,
                  realtime: bool = True, success_fn: Callable[[dict, dict], bool] | None = None,
                  reset_fn: Callable[[Any, int | None], None] | None = None):
-        self.task = make_task(task)
+        task = make_task(task)
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
-        self.obs_type, self.cameras, self.image_size = opts.obs_type, opts.cameras, opts.image_size
-        self.control_mode, self.render_mode = opts.control_mode, opts.render_mode
-        self.observation_space = opts.observation_space()
-        self.terminate_on_success = terminate_on_success
+        # Kinematics for ee_delta come from the (calibrated) simulator's model of the arm.
+        model, idx, _ = compile_scene(task, resolve_physics(physics))
+        self._init_contract(task, opts, terminate_on_success, ArmKinematics(model, idx))
         self.realtime = realtime
         self.success_fn = success_fn
         self.reset_fn = reset_fn
-
-        # Kinematics for ee_delta come from the (calibrated) simulator's model of the arm.
-        model, idx, _ = compile_scene(self.task, resolve_physics(physics))
-        self.controller = JointTargetController(control_mode, ArmKinematics(model, idx))
-        self.action_space = self.controller.action_space
 
         self.joint_map = {j: j for j in layout.JOINT_NAMES}
         if joint_map:
@@ -287,17 +280,9 @@ class AlohaRealEnv(gym.Env):
 
     # The sim env's introspection, where a real robot can offer it.
     @property
-    def joint_targets(self) -> np.ndarray:
-        return self.controller.targets.copy()
-
-    @property
     def commanded_targets(self) -> np.ndarray:
         """The 14 joint targets last sent to the robot, after clipping and rate limiting."""
         return self._sent.copy()
-
-    @property
-    def ee_targets(self) -> tuple[np.ndarray, np.ndarray]:
-        return self.controller.ee_pos.copy(), self.controller.ee_rot.copy()
 
     def joint_positions(self) -> np.ndarray:
         return self._prev_q.copy() if self._prev_q is not None else layout.START_QPOS.copy()

@@ -23,9 +23,7 @@ import mujoco
 import numpy as np
 
 from embodied_gym.data.replay import Episode
-from embodied_gym.envs import robot as layout
-from embodied_gym.envs.physics import apply_physics
-from embodied_gym.envs.scene import N_SUBSTEPS, compile_scene
+from embodied_gym.envs.sim_core import SimCore
 from embodied_gym.envs.tasks import layout_from_poses, make_task
 from embodied_gym.physaligner.space import ParameterSpace
 
@@ -67,41 +65,36 @@ def episode_transitions(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray
 
 
 class OneStepSimulator:
-    """The task's scene, put in a recorded state and stepped one control step, fast."""
+    """The task's simulator core, put in a recorded state and stepped one control step, fast.
+
+    Each step starts from the recorded joint state with the objects where the episode placed
+    them, so a transition depends only on (state, action, physics).
+    """
 
     def __init__(self, task: str, space: ParameterSpace):
-        self.task = make_task(task)
         self.space = space
-        self.model, self.idx, self.handles = compile_scene(self.task, space.base)
-        self.data = mujoco.MjData(self.model)
-        fingers = self.idx.finger_actuators
-        self._ctrl_index = np.concatenate([self.idx.arm_actuators, fingers[:, 0], fingers[:, 1]])
-        self._ctrl_source = np.concatenate([layout.ARM_INDICES, layout.GRIPPER_INDICES, layout.GRIPPER_INDICES])
-        self._ctrl_sign = np.r_[np.ones(14), -np.ones(2)]
-        self._qpos_index = np.concatenate([self.idx.arm_qpos, self.idx.finger_qpos[:, 0], self.idx.finger_qpos[:, 1]])
-        self._dof_index = np.concatenate([self.idx.arm_dof, self.idx.finger_dof[:, 0], self.idx.finger_dof[:, 1]])
+        self.core = SimCore(make_task(task), space.base)
+        self.model, self.data, self.idx = self.core.model, self.core.data, self.core.idx
 
     def set_theta(self, theta_u: np.ndarray) -> None:
-        apply_physics(self.model, self.space.to_physics(self.space.denormalise(theta_u)), self.handles)
+        self.core.set_physics(self.space.to_physics(self.space.denormalise(theta_u)))
 
     def place(self, layout_poses: dict) -> None:
         mujoco.mj_resetData(self.model, self.data)
         if layout_poses:
-            self.task.place(self.model, self.data, layout_from_poses(layout_poses))
+            self.core.task.place(self.model, self.data, layout_from_poses(layout_poses))
         self._object_qpos = self.data.qpos.copy()
 
     def step(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
         """Next state (28) from state ``s`` (28) under joint targets ``a`` (14)."""
-        d = self.data
+        d, core = self.data, self.core
         d.qpos[:] = self._object_qpos
         d.qvel[:] = 0.0
-        q, v = s[:14], s[14:]
-        d.qpos[self._qpos_index] = q[self._ctrl_source] * self._ctrl_sign
-        d.qvel[self._dof_index] = v[self._ctrl_source] * self._ctrl_sign
-        d.ctrl[self._ctrl_index] = a[self._ctrl_source] * self._ctrl_sign
+        core.write_joint_state(s[:14], s[14:])
+        core.write_ctrl(a)
         d.qacc_warmstart[:] = 0.0
-        mujoco.mj_step(self.model, d, nstep=N_SUBSTEPS)
-        return np.concatenate([d.qpos[self.idx.joint_qpos], d.qvel[self.idx.joint_dof]])
+        core.step()
+        return np.concatenate([core.joint_positions(), core.joint_velocities()])
 
 
 _WORKER: dict = {}

@@ -15,7 +15,6 @@ object poses for evaluation, as a motion-capture system would.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import tempfile
@@ -23,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mujoco
 import numpy as np
+from gymnasium.utils import seeding
 from lerobot.robots import Robot, RobotConfig
 
 from embodied_gym.envs import robot as layout
 from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams
-from embodied_gym.envs.scene import CAMERAS, N_SUBSTEPS, SceneLook
+from embodied_gym.envs.scene import CAMERAS, SceneLook
+from embodied_gym.envs.sim_core import ActuatorEffects, SimCore, StribeckFriction
+from embodied_gym.envs.tasks import make_task
 
 DEFAULT_CONFIG = Path(__file__).with_name("stand_in_default.yaml")
 _TOP_KEYS = {"seed", "physics", "effects", "look"}
@@ -135,9 +136,7 @@ class StandInRobot(Robot):
         super().__init__(config)
         self.config = config
         self._settings = load_settings(config.config_path)
-        self._world = None
-        self._pending: collections.deque = collections.deque()
-        self._effective = layout.START_QPOS.copy()
+        self._world: SimCore | None = None
 
     # ------------------------------------------------------------------ features
     @property
@@ -163,27 +162,12 @@ class StandInRobot(Robot):
     def connect(self, calibrate: bool = True) -> None:
         if self.is_connected:
             return
-        from embodied_gym.envs.aloha_env import AlohaTaskEnv
-
         s = self._settings
-        self._world = AlohaTaskEnv(task=self.config.task, obs_type="state", cameras=self.config.camera_names,
-                                   image_size=self.config.image_size, physics=s["physics"], look=scene_look(s),
-                                   terminate_on_success=False)
+        self._world = SimCore(make_task(self.config.task), s["physics"], look=scene_look(s), effects=actuator_effects(s))
         eff = s.get("effects", {})
-        self._latency = int(eff.get("latency_steps", 0))
-        self._backlash = np.zeros(14)
-        for j, b in eff.get("backlash", {}).items():
-            self._backlash[layout.JOINT_NAMES.index(j)] = float(b)
-        st = eff.get("stribeck", {})
-
-        def per_joint(key):  # 6 values (one arm, mirrored) or one for all
-            v = np.broadcast_to(np.asarray(st.get(key, 0.0), dtype=np.float64), (6,))
-            return np.tile(v, 2)
-
-        self._stribeck = (per_joint("static"), per_joint("coulomb"), float(st.get("stribeck_velocity", 0.1)),
-                          per_joint("viscous"))
         self._pos_noise = float(eff.get("joint_position_noise", 0.0))
         self._vel_noise = float(eff.get("joint_velocity_noise", 0.0))
+        self._scene_rng = None
         self.reset_scene(seed=None)
 
     def calibrate(self) -> None:
@@ -206,11 +190,11 @@ class StandInRobot(Robot):
     def reset_scene(self, seed: int | None = None) -> None:
         """Arms to the start pose, objects placed from ``seed`` (an operator resetting the table)."""
         world = self._require()
-        world.reset(seed=seed)
+        if seed is not None or self._scene_rng is None:
+            self._scene_rng, _ = seeding.np_random(seed)
+        world.reset_scene(self._scene_rng)
         # Sensor noise restarts with the scene, so the same seed gives the same episode.
         self._rng = np.random.default_rng([self._settings.get("seed", 0), seed if seed is not None else 0])
-        self._effective = layout.START_QPOS.copy()
-        self._pending = collections.deque([layout.START_QPOS.copy()] * self._latency)
 
     def get_observation(self) -> dict[str, Any]:
         world = self._require()
@@ -219,7 +203,7 @@ class StandInRobot(Robot):
         obs: dict[str, Any] = {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, q)}
         obs.update({f"{j}.vel": float(x) for j, x in zip(layout.JOINT_NAMES, v)})
         for cam in self.config.camera_names:
-            obs[cam] = self._camera_frame(world.render_camera(cam))
+            obs[cam] = self._camera_frame(world.render_camera(cam, self.config.image_size))
         return obs
 
     def _camera_frame(self, img: np.ndarray) -> np.ndarray:
@@ -240,24 +224,36 @@ class StandInRobot(Robot):
             raise KeyError(f"action lacks {missing}")
         cmd = np.clip(np.array([float(action[f"{j}.pos"]) for j in layout.JOINT_NAMES]),
                       layout.JOINT_LOW, layout.JOINT_HIGH)
-        # Backlash: the joint's target only follows once the command leaves a dead band.
-        gap = cmd - self._effective
-        b = self._backlash
-        self._effective = np.where(gap > b, cmd - b, np.where(gap < -b, cmd + b, self._effective))
-        self._pending.append(self._effective.copy())
-        world.apply_joint_targets(self._pending.popleft())
-        m, d, dofs = world.model, world.data, world.idx.arm_dof
-        fs, fc, vs, fv = self._stribeck
-        for _ in range(N_SUBSTEPS):
-            v = d.qvel[dofs]
-            d.qfrc_applied[dofs] = -(fc + (fs - fc) * np.exp(-(v / vs) ** 2)) * np.tanh(v / 0.01) - fv * v
-            mujoco.mj_step(m, d)
+        world.command(cmd)  # through the hidden latency and backlash
+        world.step()  # one 20 ms control step, with the hidden friction
         return {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, cmd)}
 
     def task_status(self) -> dict[str, Any]:
         """Success, reward and the privileged poses, as the sim env reports them in ``info``."""
-        info = self._require().task_info()
-        return {k: info[k] for k in ("is_success", "reward", "reward_terms", "object_poses", "tcp_poses")}
+        world = self._require()
+        status = world.evaluate()
+        info = world.privileged_info(status)
+        return {"is_success": info["is_success"], "reward": status.reward, "reward_terms": info["reward_terms"],
+                "object_poses": info["object_poses"], "tcp_poses": info["tcp_poses"]}
 
 
-__all__ = ["StandInRobot", "StandInRobotConfig", "load_settings"]
+def actuator_effects(settings: dict) -> ActuatorEffects:
+    """The hidden actuator effects of a stand-in config's ``effects`` section."""
+    eff = settings.get("effects", {})
+    backlash = np.zeros(14)
+    for j, b in eff.get("backlash", {}).items():
+        backlash[layout.JOINT_NAMES.index(j)] = float(b)
+    st = eff.get("stribeck", {})
+
+    def per_joint(key):  # 6 values (one arm, mirrored) or one for all
+        v = np.broadcast_to(np.asarray(st.get(key, 0.0), dtype=np.float64), (6,))
+        return np.tile(v, 2)
+
+    friction = StribeckFriction(static=per_joint("static"), coulomb=per_joint("coulomb"), viscous=per_joint("viscous"),
+                                stribeck_velocity=float(st.get("stribeck_velocity", 0.1)))
+    has_friction = any(np.any(getattr(friction, k)) for k in ("static", "coulomb", "viscous"))
+    return ActuatorEffects(latency_steps=int(eff.get("latency_steps", 0)), backlash=backlash,
+                           friction=friction if has_friction else None)
+
+
+__all__ = ["StandInRobot", "StandInRobotConfig", "load_settings", "actuator_effects"]

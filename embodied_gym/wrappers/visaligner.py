@@ -50,7 +50,7 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         if not isinstance(space, gym.spaces.Dict) or camera not in space.spaces:
             raise ValueError(f"VisAlignerWrapper needs obs[{camera!r}]: make the env with obs_type='pixels' or "
                              f"'pixels_state' and cameras=({camera!r},)")
-        if not hasattr(env.unwrapped, "idx"):
+        if not getattr(env.unwrapped, "is_simulated", False):
             raise ValueError("VisAlignerWrapper needs a simulated embodied-gym env (it renders object masks from "
                              "the sim's segmentation); a -Real- env already shows real frames")
         if isinstance(pipeline, (str, os.PathLike)):  # a model folder, as the CLIs pass it
