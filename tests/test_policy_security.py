@@ -149,7 +149,8 @@ def _act_folder(root, pre_steps, config_type="act"):
     (root / "model.safetensors").write_bytes(b"")
     (root / "policy_preprocessor.json").write_text(json.dumps({"name": "policy_preprocessor", "steps": pre_steps}))
     (root / "policy_postprocessor.json").write_text(json.dumps(
-        {"name": "policy_postprocessor", "steps": [{"registry_name": "device_processor", "config": {"device": "cpu"}}]}))
+        {"name": "policy_postprocessor",
+         "steps": [{"registry_name": "device_processor", "config": {"device": "cpu"}}]}))
     return root
 
 
@@ -165,7 +166,8 @@ def test_crafted_act_folder_runs_no_code(tmp_path, step):
     with pytest.raises(UnsafePolicyFile) as e:
         load_agent(str(folder))
     msg = str(e.value)
-    assert "policy_preprocessor.json" in msg and "step 1" in msg and repr(step.get("class", step.get("registry_name"))) in msg
+    named = step.get("class", step.get("registry_name"))
+    assert "policy_preprocessor.json" in msg and "step 1" in msg and repr(named) in msg
     assert all(name in msg for name in ACT_PROCESSOR_STEPS) and "--trust-policy-file" in msg
     assert not marker.exists()
     with pytest.raises(SystemExit) as e:

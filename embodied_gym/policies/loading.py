@@ -170,8 +170,9 @@ def check_act_folder(path: str | os.PathLike, trust_policy_file: bool = False) -
     path = Path(path)
     cfg = _read_json(path / "config.json", "a LeRobot policy folder has config.json")
     if not isinstance(cfg, dict) or cfg.get("type") != "act":
-        raise UnsafePolicyFile(f"{path / 'config.json'}: policy type {cfg.get('type') if isinstance(cfg, dict) else cfg!r}"
-                               f" is not 'act'; embodied-gym loads ACT policies from folders")
+        kind = cfg.get("type") if isinstance(cfg, dict) else cfg
+        raise UnsafePolicyFile(f"{path / 'config.json'}: policy type {kind!r} is not 'act'; embodied-gym loads ACT "
+                               f"policies from folders")
     if trust_policy_file:
         return
     allowed = list(ACT_PROCESSOR_STEPS)
@@ -337,7 +338,8 @@ def read_pickled_data(blob: bytes, allowed: dict[tuple[str, str], Any], what: st
     def lookup(module: str, name: str):
         if (module, name) not in allowed:
             raise UnsafePolicyFile(f"{what} names {module}.{name}, which is not a class SB3 models may use "
-                                   f"(allowed: SB3 policies, buffers, feature extractors, torch activations/optimizers)")
+                                   f"(allowed: SB3 policies, buffers, feature extractors, torch activations and "
+                                   f"optimizers)")
         return allowed[(module, name)]
 
     try:
@@ -477,7 +479,8 @@ def _space_from_fields(entry: dict, what: str):
             parts[key] = _make_box(low, high, shape_t, dtype, f"{what}[{key!r}]")
         space = spaces.Dict(parts)
         if not parts or str(space.spaces) != text:
-            raise UnsafePolicyFile(f"{what}: only Dicts of Boxes can be read without unpickling; stored: {text[:120]!r}")
+            raise UnsafePolicyFile(f"{what}: only Dicts of Boxes can be read without unpickling; "
+                                   f"stored: {text[:120]!r}")
         return space
     raise UnsafePolicyFile(f"{what}: space type {entry.get(':type:')!r} cannot be read without unpickling "
                            f"(readable: gymnasium Box and Dict of Boxes)")
@@ -517,7 +520,8 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
     ``policy_kwargs``) are read from the pickle's opcodes and must be allow-listed classes of
     :data:`SB3_ALGOS`; observation and action spaces are rebuilt from the readable fields stored beside
     the pickle; schedules become constants; training-only state (buffers, noise, last observation) is
-    dropped. Anything else raises :class:`UnsafePolicyFile` naming the entry and ``--trust-policy-file``."""
+    dropped (an off-policy model's replay buffer is made with one slot). Anything else raises
+    :class:`UnsafePolicyFile` naming the entry and ``--trust-policy-file``."""
     import base64
     import io
 
@@ -531,13 +535,10 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
             version = z.read("_stable_baselines3_version").decode(errors="replace") \
                 if "_stable_baselines3_version" in names else None
     except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a stable-baselines3 model zip (a zip with a JSON 'data' member): {e}") from None
+        raise ValueError(f"{path} is not a stable-baselines3 model zip (a zip with a JSON 'data' member): "
+                         f"{e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the zip's 'data' member is not a JSON object")
-    bad = [n for n in names if n.endswith(".pth") is False and n not in ("data", "_stable_baselines3_version",
-                                                                            "system_info.txt")]
-    if bad:
-        raise UnsafePolicyFile(f"{path}: unexpected members {bad} (an SB3 zip holds data, *.pth, version, system info)")
     allowed = _sb3_allowed_globals()
     hint = (f"; refusing to load {path}. If you trust this file (it can run any code when unpickled), pass "
             f"{TRUST_FLAG} to use stable-baselines3's own loader")
@@ -568,6 +569,8 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
         else:
             algo = owners[0]
         custom: dict[str, Any] = {"policy_class": policy_class}
+        if isinstance(data.get("buffer_size"), int):  # off-policy: no replay buffer of training size for inference
+            custom["buffer_size"] = 1
         for key in ("observation_space", "action_space"):
             if not (isinstance(data.get(key), dict) and ":serialized:" in data[key]):
                 raise UnsafePolicyFile(f"{path}: no stored {key!r}")
