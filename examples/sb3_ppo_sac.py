@@ -8,7 +8,7 @@ below the rim; privileged sim state) and its offset from each gripper to the obs
 rewards -d per step, d (m) the distance from the nearest gripper to that point; episodes last 40
 steps (0.8 s; at most 1 cm per step). Before and after training, the deterministic policy is
 evaluated on 20 fixed seeds: final distance to the reach point and the mean per-step reward. Outputs: ``<out>/learning_curve.png``,
-``<out>/sb3_results.json``, ``<out>/{ppo,sac}_reach.zip``.
+``<out>/sb3_results.json``, ``<out>/{ppo,sac}_reach.zip`` (each with its env settings in ``.env.json``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import SubprocVecEnv
 from tqdm import tqdm
 
-from embodied_gym.policies.rl import make_reach_env
+from embodied_gym.policies.rl import make_reach_env, save_sb3
 
 EPISODE_STEPS = 40
 
@@ -96,9 +96,9 @@ def main() -> None:
         model.learn(total_timesteps=steps, callback=cb)
         cb.bar.close()
         wall = time.time() - t0
+        save_sb3(model, out / f"{name}_reach.zip", wrapper="ReachStageWrapper", task="PickCup")  # + .env.json
         venv.close()
         after = evaluate(model, eval_seeds)
-        model.save(str(out / f"{name}_reach.zip"))
         curves[name] = cb.points
         results[name] = {"timesteps": steps, "train_time_s": wall, "before": before, "after": after}
         print(f"{name}: {steps} steps in {wall:.0f} s; final distance {before['final_distance_cm']:.1f} -> "

@@ -11,6 +11,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 import embodied_gym  # noqa: F401  (registers the envs)
+from embodied_gym.policies.rl import save_sb3
 
 p = argparse.ArgumentParser()
 p.add_argument("--task", default="PickCup")
@@ -22,4 +23,4 @@ venv = make_vec_env(f"EmbodieDreamer-{args.task}-v0", n_envs=args.envs,
                     env_kwargs=dict(obs_type="state", control_mode="ee_delta"))
 model = PPO("MultiInputPolicy", venv, n_steps=512, batch_size=256, verbose=1, device="cpu")
 model.learn(total_timesteps=args.steps, progress_bar=False)
-model.save(f"ppo_{args.task}")
+save_sb3(model, f"ppo_{args.task}.zip")  # + ppo_<task>.env.json: `embodied-gym eval` makes this env

@@ -50,8 +50,11 @@ def _cmd_eval(args) -> int:
     try:
         r = evaluate_policy(args.policy, args.env, args.episodes, args.seed, visaligner=args.visaligner,
                             physics=args.physics, robot_config=args.robot_config, out=args.out, videos=args.videos,
-                            temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+                            temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode,
+                            cameras=tuple(args.cameras) if args.cameras else None,
+                            image_size=tuple(args.image_size) if args.image_size else None,
+                            trust_policy_file=args.trust_policy_file)
+    except (FileNotFoundError, ValueError, RuntimeError, KeyError) as e:
         raise SystemExit(f"embodied-gym: {e}") from None
     print(r.summary())
     if args.out:
@@ -123,6 +126,13 @@ def add_commands(sub) -> None:
     ev.add_argument("--out", help="JSON file: success_rate, ci95, episodes, per-episode results")
     ev.add_argument("--videos", help="folder for videos of the first 3 episodes")
     ev.add_argument("--temporal-ensemble", type=float, metavar="COEFF", help="ACT: temporal ensembling at inference")
-    ev.add_argument("--control-mode", help="SB3/expert: the control mode the policy acts in")
+    ev.add_argument("--control-mode", help="the control mode the policy acts in (default: the one it was trained "
+                    "with, from its checkpoint)")
+    ev.add_argument("--cameras", nargs="+", help="cameras to render (default: the policy's; must include them)")
+    ev.add_argument("--image-size", nargs=2, type=int, metavar=("H", "W"),
+                    help="render size (default: the policy's training size; frames are resized to the policy's input)")
+    ev.add_argument("--trust-policy-file", action="store_true",
+                    help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
+                         "(default: read it without unpickling or importing; see docs/policies.md)")
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=_cmd_eval)
