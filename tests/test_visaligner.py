@@ -120,6 +120,31 @@ def test_tiny_model_trains_with_decreasing_loss_and_resumes(trained):
     assert state["step"] == 45 and len([r for r in state["loss"] if r["stage"] == "unet"]) == 45
 
 
+def test_checkpoint_of_the_old_layout_resumes(trained, tmp_path):
+    import dataclasses
+    import shutil
+
+    from embodied_gym.visaligner.presets import VisAlignerConfig
+
+    out, _, tc = trained
+    work = tmp_path / "train"
+    work.mkdir()
+    for name in ("paired.npz", "vae_loss.json", "vae", "checkpoint"):
+        (shutil.copytree if (out / name).is_dir() else shutil.copy)(out / name, work / name)
+    ckpt = work / "checkpoint"
+    pipe, cfg = VisAlignerPipeline.from_pretrained(ckpt), VisAlignerConfig.load(ckpt / CONFIG_NAME)
+    for d in ("vae", "unet", "reference_encoder", "scheduler"):
+        shutil.rmtree(ckpt / d)
+    _save_old_layout(pipe, cfg, ckpt)
+    step = json.loads((ckpt / "trainer_state.json").read_text())["step"]
+    resumed = train(dataclasses.replace(tc, out=str(work), steps=step + 2, sample_every=1000))
+    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == step + 2
+    assert type(resumed.unet).__name__ == "UNetSpatioTemporalConditionModel"  # the plain network, never a wrapper
+    index = json.loads((work / "model" / "model_index.json").read_text())
+    assert index["unet"] == ["diffusers", "UNetSpatioTemporalConditionModel"]
+    assert VisAlignerConfig.load(work / "model" / CONFIG_NAME) == cfg
+
+
 def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
     _, pipe, _ = trained
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -179,7 +204,8 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
     ref, sims, masks = _clip_inputs()
     want = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0))
     assert isinstance(want, VisAlignerPipelineOutput) and want.frames.shape == (1, 4, *SIZE, 3)
-    for loaded in (VisAlignerPipeline.from_pretrained(tmp_path / "m"), DiffusionPipeline.from_pretrained(tmp_path / "m")):
+    for loaded in (VisAlignerPipeline.from_pretrained(tmp_path / "m"),
+                   DiffusionPipeline.from_pretrained(tmp_path / "m")):
         assert type(loaded) is VisAlignerPipeline
         assert loaded.config.image_size == SIZE and loaded.config.frame_stride == 2
         assert (loaded.reference_image == 9).all()  # reference.png
@@ -189,8 +215,8 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
         assert np.abs(got.astype(int) - want.frames).max() <= 1  # float rounding of the uint8 frames
     # output types and return_dict=False
     (pt,) = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0), output_type="pt", return_dict=False)
-    assert pt.shape == (1, 4, 3, *SIZE) and torch.allclose(pt * 255, torch.from_numpy(want.frames).permute(0, 1, 4, 2, 3)
-                                                           .float(), atol=1e-3)
+    assert pt.shape == (1, 4, 3, *SIZE)
+    assert torch.allclose(pt * 255, torch.from_numpy(want.frames).permute(0, 1, 4, 2, 3).float(), atol=1e-3)
     lat = pipe(ref, sims, masks, 2, output_type="latent").frames
     assert lat.shape == (1, 4, 4, SIZE[0] // 4, SIZE[1] // 4)
     pil = pipe(ref, sims, masks, 2, output_type="pil").frames

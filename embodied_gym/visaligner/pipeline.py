@@ -206,7 +206,8 @@ class VisAlignerPipeline(DiffusionPipeline):
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> "VisAlignerPipeline":
         """Load a local folder written by :meth:`save_pretrained` (or by the old layout; see the
         module docstring). ``kwargs`` go to ``DiffusionPipeline.from_pretrained`` (e.g.
-        ``torch_dtype``); ``custom_pipeline`` and ``trust_remote_code`` are refused.
+        ``torch_dtype``); ``custom_pipeline`` and ``trust_remote_code`` are refused, and weights are
+        read from safetensors files only.
 
         Raises:
             FileNotFoundError: the folder does not exist or holds no ``model_index.json``.
@@ -225,7 +226,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         if _is_old_layout(index):
             return cls._from_old_layout(path, index, kwargs.pop("torch_dtype", None))
         check_model_index(index, path / "model_index.json")
-        kwargs.update(local_files_only=True, trust_remote_code=False)
+        kwargs.update(local_files_only=True, trust_remote_code=False, use_safetensors=True)
         return super().from_pretrained(path, **kwargs)
 
     @classmethod
@@ -254,7 +255,7 @@ class VisAlignerPipeline(DiffusionPipeline):
             if name not in names:
                 raise ValueError(f"{path}/model_index.json: component {key!r} is {name!r}; allowed: {sorted(names)}")
             klass = getattr(diffusers if names[name] == "diffusers" else model_module, name)
-            kw = {} if key == "scheduler" else {"torch_dtype": torch_dtype}
+            kw = {} if key == "scheduler" else {"torch_dtype": torch_dtype, "use_safetensors": True}
             components[key] = klass.from_pretrained(path / key, local_files_only=True, **kw)
         pipe = cls(**components, **pipeline_settings(VisAlignerConfig.load(path / CONFIG_NAME)))
         pipe.register_to_config(_name_or_path=str(path))
