@@ -236,6 +236,7 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
 
     Raises:
         ValueError: ``out/checkpoint`` was trained with another model configuration.
+        FileNotFoundError: ``out/checkpoint`` lacks the ``visaligner_config.json`` it was trained with.
     """
     from accelerate import Accelerator
     from tqdm import tqdm
