@@ -14,7 +14,8 @@ from embodied_gym.data.recording import record
 from embodied_gym.visaligner import metrics as M
 from embodied_gym.visaligner.conditioning import ClassicalObjectMasker, condition_video
 from embodied_gym.visaligner.paired import SimCameraRenderer, build_paired_episodes
-from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+from embodied_gym.visaligner.pipeline import (CONFIG_NAME, VisAlignerPipeline, VisAlignerPipelineOutput,
+                                              build_pipeline, pipeline_settings)
 from embodied_gym.visaligner.presets import preset
 from embodied_gym.visaligner.train import TrainConfig, train
 
@@ -119,6 +120,31 @@ def test_tiny_model_trains_with_decreasing_loss_and_resumes(trained):
     assert state["step"] == 45 and len([r for r in state["loss"] if r["stage"] == "unet"]) == 45
 
 
+def test_checkpoint_of_the_old_layout_resumes(trained, tmp_path):
+    import dataclasses
+    import shutil
+
+    from embodied_gym.visaligner.presets import VisAlignerConfig
+
+    out, _, tc = trained
+    work = tmp_path / "train"
+    work.mkdir()
+    for name in ("paired.npz", "vae_loss.json", "vae", "checkpoint"):
+        (shutil.copytree if (out / name).is_dir() else shutil.copy)(out / name, work / name)
+    ckpt = work / "checkpoint"
+    pipe, cfg = VisAlignerPipeline.from_pretrained(ckpt), VisAlignerConfig.load(ckpt / CONFIG_NAME)
+    for d in ("vae", "unet", "reference_encoder", "scheduler"):
+        shutil.rmtree(ckpt / d)
+    _save_old_layout(pipe, cfg, ckpt)
+    step = json.loads((ckpt / "trainer_state.json").read_text())["step"]
+    resumed = train(dataclasses.replace(tc, out=str(work), steps=step + 2, sample_every=1000))
+    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == step + 2
+    assert type(resumed.unet).__name__ == "UNetSpatioTemporalConditionModel"  # the plain network, never a wrapper
+    index = json.loads((work / "model" / "model_index.json").read_text())
+    assert index["unet"] == ["diffusers", "UNetSpatioTemporalConditionModel"]
+    assert VisAlignerConfig.load(work / "model" / CONFIG_NAME) == cfg
+
+
 def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
     _, pipe, _ = trained
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
@@ -131,8 +157,8 @@ def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
     rng = np.random.default_rng(0)
     ref, sims = rng.integers(0, 255, (*SIZE, 3), np.uint8), rng.integers(0, 255, (4, *SIZE, 3), np.uint8)
     masks = np.zeros((4, *SIZE), bool)
-    a = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0))
-    b = loaded(ref, sims, masks, 2, torch.Generator().manual_seed(0))
+    a = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames[0]
+    b = loaded(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames[0]
     assert a.shape == (4, *SIZE, 3) and (a[0] == ref).all()
     assert np.abs(a.astype(int) - b).max() <= 1
     long = loaded.generate_video(ref, np.concatenate([sims] * 3), np.concatenate([masks] * 3), 2,
@@ -150,6 +176,128 @@ def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
                                     [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)])
     alone = loaded.generate_video(ref2, sims[:3], masks[:3], 2, torch.Generator().manual_seed(2))
     assert np.abs(seeded[1].astype(int) - alone).max() <= 1
+    with pytest.raises(FileNotFoundError, match="not a VisAligner model folder"):
+        VisAlignerPipeline.from_pretrained(tmp_path)
+
+
+def _clip_inputs(seed=0, n=4):
+    rng = np.random.default_rng(seed)
+    ref, sims = rng.integers(0, 255, (*SIZE, 3), np.uint8), rng.integers(0, 255, (n, *SIZE, 3), np.uint8)
+    masks = np.zeros((n, *SIZE), bool)
+    masks[:, 10:16, 12:20] = True
+    return ref, sims, masks
+
+
+def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
+    from diffusers import DiffusionPipeline
+
+    pipe = build_pipeline(preset("tiny", **TINY))
+    assert isinstance(pipe, DiffusionPipeline)
+    pipe.reference_image = np.full((*SIZE, 3), 9, np.uint8)
+    pipe.save_pretrained(tmp_path / "m")
+    index = json.loads((tmp_path / "m" / "model_index.json").read_text())
+    assert index["_class_name"] == "VisAlignerPipeline"
+    assert index["vae"] == ["diffusers", "AutoencoderKL"] and index["scheduler"] == ["diffusers", "DDIMScheduler"]
+    assert index["unet"] == ["diffusers", "UNetSpatioTemporalConditionModel"]
+    assert index["reference_encoder"] == ["embodied_gym.visaligner.model", "ReferenceEncoder"]
+    assert index["image_size"] == list(SIZE) and index["num_frames"] == 4 and index["frame_stride"] == 2
+    ref, sims, masks = _clip_inputs()
+    want = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0))
+    assert isinstance(want, VisAlignerPipelineOutput) and want.frames.shape == (1, 4, *SIZE, 3)
+    for loaded in (VisAlignerPipeline.from_pretrained(tmp_path / "m"),
+                   DiffusionPipeline.from_pretrained(tmp_path / "m")):
+        assert type(loaded) is VisAlignerPipeline
+        assert loaded.config.image_size == SIZE and loaded.config.frame_stride == 2
+        assert (loaded.reference_image == 9).all()  # reference.png
+        for a, b in zip(pipe.unet.state_dict().values(), loaded.unet.state_dict().values()):
+            assert torch.equal(a, b)
+        got = loaded(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames
+        assert np.abs(got.astype(int) - want.frames).max() <= 1  # float rounding of the uint8 frames
+    # output types and return_dict=False
+    (pt,) = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0), output_type="pt", return_dict=False)
+    assert pt.shape == (1, 4, 3, *SIZE)
+    assert torch.allclose(pt * 255, torch.from_numpy(want.frames).permute(0, 1, 4, 2, 3).float(), atol=1e-3)
+    lat = pipe(ref, sims, masks, 2, output_type="latent").frames
+    assert lat.shape == (1, 4, 4, SIZE[0] // 4, SIZE[1] // 4)
+    pil = pipe(ref, sims, masks, 2, output_type="pil").frames
+    assert len(pil) == 1 and len(pil[0]) == 4 and pil[0][0].size == (SIZE[1], SIZE[0])
+    # a batch: one generator per clip gives each clip the frames it gets alone
+    ref2, sims2, masks2 = _clip_inputs(1)
+    both = pipe([ref, ref2], [sims, sims2], [masks, None], 2,
+                [torch.Generator().manual_seed(0), torch.Generator().manual_seed(5)]).frames
+    assert both.shape == (2, 4, *SIZE, 3) and np.abs(both[0].astype(int) - want.frames[0]).max() <= 1
+    assert (both[1][0] == ref2).all()
+
+
+def test_pipeline_check_inputs_names_the_bad_argument():
+    pipe = build_pipeline(preset("tiny", **TINY))
+    ref, sims, masks = _clip_inputs()
+    cases = [(dict(sim_frames=sims[:1]), "N >= 2"), (dict(sim_frames=sims.astype(np.float32)), "uint8"),
+             (dict(reference=ref[..., 0]), "reference image"), (dict(masks=masks[:, :5]), "masks"),
+             (dict(output_type="jpg"), "output_type"), (dict(num_inference_steps=0), "num_inference_steps"),
+             (dict(reference=[ref], sim_frames=[sims, sims], masks=None), "reference images for 2 clips"),
+             (dict(generator=[torch.Generator()] * 2), "generators for 1 clips")]
+    for change, message in cases:
+        kw = dict(reference=ref, sim_frames=sims, masks=masks, num_inference_steps=1) | change
+        with pytest.raises(ValueError, match=message):
+            pipe(**kw)
+
+
+def _save_old_layout(pipe, cfg, path):
+    """The folder layout that ``VisAlignerPipeline.save_pretrained`` wrote before the pipeline was a
+    ``DiffusionPipeline`` (its code, kept to check that such folders still load)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in ("vae", "unet", "reference_encoder"):
+        getattr(pipe, name).save_pretrained(path / name, safe_serialization=True)
+    pipe.scheduler.save_pretrained(path / "scheduler")
+    cfg.save(path / CONFIG_NAME)
+    index = {"_class_name": type(pipe).__name__, "vae": type(pipe.vae).__name__,
+             "unet": type(pipe.unet).__name__, "reference_encoder": type(pipe.reference_encoder).__name__,
+             "scheduler": type(pipe.scheduler).__name__}
+    (path / "model_index.json").write_text(json.dumps(index, indent=2))
+
+
+def test_old_layout_folder_still_loads(tmp_path):
+    import cv2
+
+    cfg = preset("tiny", **TINY)
+    pipe = build_pipeline(cfg)
+    _save_old_layout(pipe, cfg, tmp_path / "old")
+    cv2.imwrite(str(tmp_path / "old" / "reference.png"), np.full((*SIZE, 3), 30, np.uint8))
+    assert json.loads((tmp_path / "old" / "model_index.json").read_text())["vae"] == "AutoencoderKL"
+    loaded = VisAlignerPipeline.from_pretrained(tmp_path / "old")
+    assert loaded.config.num_frames == 4 and loaded.config.image_size == SIZE and (loaded.reference_image == 30).all()
+    ref, sims, masks = _clip_inputs()
+    a = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames
+    assert np.abs(loaded(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames.astype(int) - a).max() <= 1
+    # re-saved, it is in diffusers' layout
+    loaded.save_pretrained(tmp_path / "new")
+    assert json.loads((tmp_path / "new" / "model_index.json").read_text())["vae"] == ["diffusers", "AutoencoderKL"]
+    bad = json.loads((tmp_path / "old" / "model_index.json").read_text()) | {"unet": "SomethingElse"}
+    (tmp_path / "old" / "model_index.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="'unet' is 'SomethingElse'"):
+        VisAlignerPipeline.from_pretrained(tmp_path / "old")
+
+
+def test_model_index_outside_the_allow_list_is_refused(tmp_path):
+    from diffusers import DiffusionPipeline
+
+    build_pipeline(preset("tiny", **TINY)).save_pretrained(tmp_path / "m")
+    path = tmp_path / "m" / "model_index.json"
+    good = json.loads(path.read_text())
+    with pytest.raises(ValueError, match="does not run code"):
+        VisAlignerPipeline.from_pretrained(tmp_path / "m", custom_pipeline="pipeline")
+    for change, message in [({"reference_encoder": ["embodied_gym.visaligner.model", "AutoencoderKL"]},
+                             "component 'reference_encoder'"),
+                            ({"vae": ["os", "system"]}, "component 'vae'"),
+                            ({"extra": ["diffusers", "AutoencoderKL"]}, "unknown key 'extra'"),
+                            ({"_class_name": ["pipeline", "VisAlignerPipeline"]}, "_class_name")]:
+        path.write_text(json.dumps(good | change))
+        with pytest.raises(ValueError, match=message):
+            VisAlignerPipeline.from_pretrained(tmp_path / "m")
+        if "_class_name" not in change:  # diffusers' own loader runs the same check before loading components
+            with pytest.raises(ValueError, match=message):
+                DiffusionPipeline.from_pretrained(tmp_path / "m")
     with pytest.raises(FileNotFoundError, match="not a VisAligner model folder"):
         VisAlignerPipeline.from_pretrained(tmp_path)
 
@@ -185,7 +333,7 @@ def test_svd_preset_widens_conv_in_with_zero_channels(tmp_path):
     # SVD's temporal decoder is recognised (through diffusers' forward hooks) and decodes a clip
     from embodied_gym.visaligner.pipeline import make_scheduler
 
-    pipe = VisAlignerPipeline(vae.eval(), wide.eval(), ref.eval(), make_scheduler(cfg), cfg)
+    pipe = VisAlignerPipeline(vae.eval(), wide.eval(), ref.eval(), make_scheduler(cfg), **pipeline_settings(cfg))
     assert pipe.temporal_vae
     assert pipe.decode_latents(torch.randn(4, 4, 8, 10), batch=4).shape == (4, 16, 20, 3)
 

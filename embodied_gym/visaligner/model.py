@@ -23,6 +23,9 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKL, UNetSpatioTemporalConditionModel
 from diffusers.configuration_utils import ConfigMixin, register_to_config
+# ModelMixin must stay importable from this module by that name: diffusers' pipeline loader finds a
+# custom component's load method by looking up its base classes in the component's module
+# (model_index.json names this module as the library of "reference_encoder").
 from diffusers.models.modeling_utils import ModelMixin
 from diffusers.models.resnet import AlphaBlender
 
@@ -146,8 +149,28 @@ def temporal_layers_off(unet: torch.nn.Module):
                 mod.mix_factor.copy_(value)
 
 
-def added_time_ids(cfg: VisAlignerConfig, batch: int, device, dtype) -> torch.Tensor:
-    return torch.tensor([[cfg.fps, MOTION_BUCKET_ID, 0.0]], device=device, dtype=dtype).repeat(batch, 1)
+def added_time_ids(fps: float, batch: int, device, dtype) -> torch.Tensor:
+    """SVD's micro-conditioning ``(fps, motion_bucket_id, noise_aug_strength)``, one row per clip."""
+    return torch.tensor([[fps, MOTION_BUCKET_ID, 0.0]], device=device, dtype=dtype).repeat(batch, 1)
+
+
+def denoiser_output(unet, noisy: torch.Tensor, t, cond: torch.Tensor, mask: torch.Tensor,
+                    reference_tokens: torch.Tensor, fps: float) -> torch.Tensor:
+    """The UNet's prediction for ``(B, N, C, h, w)`` noisy latents: its input per frame is
+    ``[noisy | condition latent | mask]`` (see the module docstring). ``unet`` may be wrapped (by
+    accelerate / DDP); the pipeline's sampling loop and the trainer's loss both call this."""
+    ids = added_time_ids(fps, noisy.shape[0], noisy.device, noisy.dtype)
+    return unet(torch.cat([noisy, cond, mask], dim=2), t, reference_tokens, ids).sample
+
+
+def make_scheduler(cfg: VisAlignerConfig):
+    """DDIM with v-prediction, zero terminal SNR and trailing timesteps (few-step sampling works)."""
+    from diffusers import DDIMScheduler
+
+    return DDIMScheduler(num_train_timesteps=cfg.num_train_timesteps, beta_schedule="scaled_linear",
+                         beta_start=0.00085, beta_end=0.012, prediction_type=cfg.prediction_type,
+                         timestep_spacing="trailing", rescale_betas_zero_snr=True, clip_sample=False,
+                         set_alpha_to_one=False)
 
 
 def count_parameters(module: torch.nn.Module) -> int:

@@ -15,6 +15,12 @@ class VisAlignerConfig:
     Clips are ``num_frames`` frames taken every ``frame_stride`` recorded steps (50 Hz recordings:
     stride 4 is 12.5 fps). The denoiser's input per frame is the noisy latent, the condition
     latent and (``use_masks``) the object mask downsampled to latent size by max-pooling.
+
+    The trainer builds the networks from it and saves it as ``visaligner_config.json`` beside the
+    pipeline; the pipeline itself keeps only the settings inference needs (``image_size``,
+    ``num_frames``, ``frame_stride``, ``use_masks``, ``fps``, ``num_inference_steps``: see
+    :func:`embodied_gym.visaligner.pipeline.pipeline_settings`), the rest lives in its components'
+    configs.
     """
 
     preset: str = "tiny"

@@ -6,12 +6,16 @@ Stages, all in ``out/``:
 2. ``vae/`` (tiny preset only): the AutoencoderKL trained on real and sim frames (L1 + MSE + a
    small KL term); its ``scaling_factor`` is set to 1/std of the latents. The svd preset keeps
    SVD's own VAE frozen.
-3. The denoiser (UNet + reference encoder) on clips of ``num_frames`` frames; the VAE is frozen and
-   every frame's latent is computed once up front. ``checkpoint/`` is rewritten atomically every
-   ``checkpoint_every`` steps (model, optimizer, step, loss log) and a rerun resumes from it.
+3. The denoiser (UNet + reference encoder) on clips of ``num_frames`` frames with the diffusion
+   loss of :func:`diffusion_loss` (here, on the networks themselves; the pipeline is inference
+   only); the VAE is frozen and every frame's latent is computed once up front. ``checkpoint/`` is
+   rewritten atomically every ``checkpoint_every`` steps (the pipeline folder, ``visaligner_config.json``,
+   optimizer, step, loss log) and a rerun resumes from it.
    ``samples/step_XXXXXX.png`` / ``.mp4``: ground truth | condition | generated, every
    ``sample_every`` steps. ``loss.jsonl`` and ``loss.png``: the loss log.
-4. ``model/``: the final :class:`~embodied_gym.visaligner.pipeline.VisAlignerPipeline`.
+4. ``model/``: the final :class:`~embodied_gym.visaligner.pipeline.VisAlignerPipeline` (diffusers'
+   ``save_pretrained`` layout, with ``reference.png``) and ``visaligner_config.json``, the
+   :class:`~embodied_gym.visaligner.presets.VisAlignerConfig` it was trained with.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from embodied_gym.visaligner.conditioning import condition_video
+from embodied_gym.visaligner.model import denoiser_output
 from embodied_gym.visaligner.paired import PairedEpisode, paired_episodes_cached
-from embodied_gym.visaligner.pipeline import REFERENCE_NAME, VisAlignerPipeline
+from embodied_gym.visaligner.pipeline import CONFIG_NAME, VisAlignerPipeline, build_pipeline, save_png
 from embodied_gym.visaligner.presets import VisAlignerConfig, preset
+
+__all__ = ["TrainConfig", "diffusion_loss", "sample_clips", "save_png", "train", "train_vae"]
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +89,7 @@ def _atomic_dir(write, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def episode_latents(pipe: VisAlignerPipeline, ep: PairedEpisode) -> EpisodeLatents:
-    cfg = pipe.config
+def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode) -> EpisodeLatents:
     masks = (ep.real_mask if cfg.mask_source == "real" else ep.sim_mask) if cfg.use_masks else None
     # Condition frames are encoded one by one, so frame 0 being the reference does not matter
     # here: the clip sampler puts the clip's reference (a real latent) in front.
@@ -128,21 +135,41 @@ def sample_grid(real: np.ndarray, condition: np.ndarray, generated: np.ndarray) 
     return np.concatenate([rows[0], gap, rows[1], gap, rows[2]], axis=0)
 
 
-def save_png(path: str | os.PathLike, image: np.ndarray, scale: int = 1) -> None:
-    import cv2
+def diffusion_loss(unet, reference_encoder, scheduler, target: torch.Tensor, cond: torch.Tensor,
+                   mask: torch.Tensor, fps: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The denoiser's diffusion loss on a batch of clips.
 
-    if scale > 1:
-        image = cv2.resize(image, (image.shape[1] * scale, image.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
-    tmp = f"{path}.tmp.png"
-    cv2.imwrite(tmp, image[..., ::-1])
-    os.replace(tmp, path)
+    Args:
+        unet, reference_encoder: the networks (plain or wrapped by ``accelerator.prepare``).
+        scheduler: the noise schedule (``add_noise``; ``get_velocity`` for v-prediction).
+        target: clean target latents ``(B, N, C, h, w)``.
+        cond: condition latents ``(B, N, C, h, w)``; frame 0 is the reference.
+        mask: mask latents ``(B, N, 1, h, w)``.
+        fps: the first of the ``added_time_ids`` (the model's ``fps`` setting).
+
+    Returns:
+        The MSE between the prediction and its goal (the noise, or the velocity for v-prediction),
+        one timestep per clip.
+    """
+    b = target.shape[0]
+    noise = torch.randn(target.shape, generator=generator, device=target.device, dtype=target.dtype)
+    t = torch.randint(0, scheduler.config.num_train_timesteps, (b,), generator=generator, device=target.device)
+    flat_t = t.repeat_interleave(target.shape[1])
+    noisy = scheduler.add_noise(target.flatten(0, 1), noise.flatten(0, 1), flat_t).view_as(target)
+    if scheduler.config.prediction_type == "v_prediction":
+        goal = scheduler.get_velocity(target.flatten(0, 1), noise.flatten(0, 1), flat_t).view_as(target)
+    else:
+        goal = noise
+    pred = denoiser_output(unet, noisy, t, cond, mask, reference_encoder(cond[:, 0]), fps)
+    return F.mse_loss(pred.float(), goal.float())
 
 
-def write_samples(pipe: VisAlignerPipeline, ep: PairedEpisode, path_stem: str, steps: int, seed: int) -> None:
+def write_samples(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode, path_stem: str, steps: int,
+                  seed: int) -> None:
     from embodied_gym.video import write_mp4
 
-    real, sim, masks = clip_frames(ep, pipe.config)
-    gen = pipe(real[0], sim, masks, steps, torch.Generator(pipe.device).manual_seed(seed))
+    real, sim, masks = clip_frames(ep, cfg)
+    gen = pipe(real[0], sim, masks, steps, torch.Generator(pipe.device).manual_seed(seed)).frames[0]
     cond = condition_video(real[0], sim, masks)
     save_png(f"{path_stem}.png", sample_grid(real, cond, gen), scale=2)
     write_mp4(f"{path_stem}.mp4", [np.concatenate([r, c, g], axis=1) for r, c, g in zip(real, cond, gen)], fps=4)
@@ -174,7 +201,8 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
 
 def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator,
               loss_rows: list[dict]) -> None:
-    """Fit the tiny preset's AutoencoderKL on real, sim and condition frames."""
+    """Fit the tiny preset's AutoencoderKL (``pipe.vae``, trained in place) on real, sim and
+    condition frames, then set its ``scaling_factor`` to 1/std of the latents."""
     from tqdm import tqdm
 
     frames = np.concatenate([x for ep in episodes for x in (ep.real, condition_video(ep.sim[0], ep.sim, ep.sim_mask))])
@@ -194,14 +222,22 @@ def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: Train
         opt.step()
         loss_rows.append({"stage": "vae", "step": step, "loss": loss.item()})
         bar.set_postfix(loss=f"{loss_rows[-1]['loss']:.4f}")
-    pipe.vae = accelerator.unwrap_model(vae).eval().requires_grad_(False)
+    pipe.vae.eval().requires_grad_(False)  # the module ``vae`` wraps: trained in place
     pipe.vae.register_to_config(scaling_factor=1.0)
     z = pipe.encode_frames(frames[rng.integers(len(frames), size=min(len(frames), 256))])
     pipe.vae.register_to_config(scaling_factor=float(1.0 / z.float().std()))
 
 
 def train(tc: TrainConfig) -> VisAlignerPipeline:
-    """Train VisAligner (see the module docstring); returns the final pipeline."""
+    """Train VisAligner (see the module docstring); returns the final pipeline.
+
+    The pipeline holds the plain networks for sampling and saving; the loss runs on the networks
+    ``accelerator.prepare`` returns (the same parameters), so nothing is swapped in and out.
+
+    Raises:
+        ValueError: ``out/checkpoint`` was trained with another model configuration.
+        FileNotFoundError: ``out/checkpoint`` lacks the ``visaligner_config.json`` it was trained with.
+    """
     from accelerate import Accelerator
     from tqdm import tqdm
 
@@ -227,18 +263,21 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     loss_rows: list[dict] = []
     start_step = 0
     if state_path.exists():
+        if not (ckpt / CONFIG_NAME).exists():
+            raise FileNotFoundError(f"{ckpt} has no {CONFIG_NAME} (the model config it was trained with); delete "
+                                    f"{ckpt} to start over or use a new --out")
+        if VisAlignerConfig.load(ckpt / CONFIG_NAME).to_dict() != cfg.to_dict():
+            raise ValueError(f"{ckpt} was trained with another model config; use a new --out or delete it")
         pipe = VisAlignerPipeline.from_pretrained(ckpt)
         state = json.loads(state_path.read_text())
         start_step, loss_rows = state["step"], state["loss"]
-        if pipe.config.to_dict() != cfg.to_dict():
-            raise ValueError(f"{ckpt} was trained with another model config; use a new --out or delete it")
         log.info("resuming from %s at step %d", ckpt, start_step)
     else:
-        pipe = VisAlignerPipeline.from_config(cfg)
+        pipe = build_pipeline(cfg).to(accelerator.device)
         if cfg.preset == "tiny":
             vae_dir = out / "vae"
             if (vae_dir / "config.json").exists():
-                pipe.vae = type(pipe.vae).from_pretrained(vae_dir, local_files_only=True)
+                pipe.vae = type(pipe.vae).from_pretrained(vae_dir, local_files_only=True).to(accelerator.device)
             else:
                 train_vae(pipe, episodes, tc, accelerator, loss_rows)
                 if accelerator.is_main_process:
@@ -247,35 +286,33 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             if (out / "vae_loss.json").exists():
                 loss_rows = json.loads((out / "vae_loss.json").read_text())
     pipe.to(accelerator.device)
-    pipe.vae.eval().requires_grad_(False)
+    vae, unet, ref, scheduler = pipe.vae, pipe.unet, pipe.reference_encoder, pipe.scheduler
+    vae.eval().requires_grad_(False)
     if cfg.gradient_checkpointing:
-        pipe.unet.enable_gradient_checkpointing()
+        unet.enable_gradient_checkpointing()
 
-    latents = [episode_latents(pipe, ep) for ep in tqdm(episodes, desc="latents", unit="ep",
-                                                        disable=not (tc.progress and accelerator.is_main_process))]
-    params = list(pipe.unet.parameters()) + list(pipe.reference_encoder.parameters())
+    latents = [episode_latents(pipe, cfg, ep) for ep in tqdm(episodes, desc="latents", unit="ep",
+                                                             disable=not (tc.progress and accelerator.is_main_process))]
+    params = list(unet.parameters()) + list(ref.parameters())
     opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=1e-4)
     if state_path.exists():
         opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
-    pipe.unet.train()
-    pipe.reference_encoder.train()
-    unet, ref, opt = accelerator.prepare(pipe.unet, pipe.reference_encoder, opt)
-    raw_unet, raw_ref = pipe.unet, pipe.reference_encoder
-    pipe.unet, pipe.reference_encoder = unet, ref
+    unet.train()
+    ref.train()
+    # the loss runs on what prepare returns; the pipeline keeps the plain modules (same parameters)
+    unet_t, ref_t, opt = accelerator.prepare(unet, ref, opt)
     rng = np.random.default_rng([tc.seed, accelerator.process_index, start_step])
     samples = out / "samples"
     samples.mkdir(exist_ok=True)
 
     def save_checkpoint(step):
-        pipe.unet, pipe.reference_encoder = raw_unet, raw_ref
-
         def write(d):
             pipe.save_pretrained(d)
+            cfg.save(d / CONFIG_NAME)
             torch.save(opt.state_dict(), d / "optimizer.pt")
             (d / "trainer_state.json").write_text(json.dumps({"step": step, "loss": loss_rows}))
 
         _atomic_dir(write, ckpt)
-        pipe.unet, pipe.reference_encoder = unet, ref
 
     bar = tqdm(range(start_step, tc.steps), desc="visaligner", initial=start_step, total=tc.steps,
                disable=not (tc.progress and accelerator.is_main_process))
@@ -283,7 +320,7 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
         for step in bar:
             tgt, cond, mask = (x.to(accelerator.device) for x in sample_clips(latents, cfg, tc.batch_size, rng))
             with accelerator.autocast():
-                loss = pipe.training_loss(tgt, cond, mask)
+                loss = diffusion_loss(unet_t, ref_t, scheduler, tgt, cond, mask, cfg.fps)
             opt.zero_grad()
             accelerator.backward(loss)
             accelerator.clip_grad_norm_(params, 1.0)
@@ -296,21 +333,23 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
                 bar.set_postfix(loss=f"{loss_value:.4f}")
                 done = step + 1
                 if done % tc.sample_every == 0 or done == tc.steps:
-                    pipe.unet, pipe.reference_encoder = raw_unet, raw_ref
-                    write_samples(pipe, episodes[0], str(samples / f"step_{done:06d}"), tc.sample_steps, tc.seed)
-                    pipe.unet, pipe.reference_encoder = unet, ref
-                    raw_unet.train()
+                    unet.eval()
+                    ref.eval()
+                    write_samples(pipe, cfg, episodes[0], str(samples / f"step_{done:06d}"), tc.sample_steps, tc.seed)
+                    unet.train()
+                    ref.train()
                 if done % tc.checkpoint_every == 0 or done == tc.steps:
                     loss_log.flush()
                     save_checkpoint(done)
                     plot_loss(loss_rows, out / "loss.png")
     accelerator.wait_for_everyone()
-    pipe.unet, pipe.reference_encoder = raw_unet.eval(), raw_ref.eval()
-    pipe.reference_image = episodes[0].real[0]
+    unet.eval()
+    ref.eval()
+    pipe.reference_image = episodes[0].real[0]  # the default reference of `render` (reference.png)
     if accelerator.is_main_process:
         def write_model(d):
             pipe.save_pretrained(d)
-            save_png(d / REFERENCE_NAME, episodes[0].real[0])  # the default reference of `render`
+            cfg.save(d / CONFIG_NAME)
 
         _atomic_dir(write_model, out / "model")
         if loss_rows:

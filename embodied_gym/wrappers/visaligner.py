@@ -116,7 +116,7 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         sims = np.stack(self._sims + [sim] * pad)
         masks = np.stack(self._masks + [mask] * pad)
         clip = self.pipeline(self._chunk_ref, sims, masks, self.num_inference_steps, self._generator, self.temporal)
-        self._frame, self._frame_step = np.ascontiguousarray(clip[j]), self._step
+        self._frame, self._frame_step = np.ascontiguousarray(clip.frames[0][j]), self._step
         if j == n - 1:  # chunk complete: its last frame seeds the next chunk
             self._chunk += 1
             self._chunk_ref = self._frame
