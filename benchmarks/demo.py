@@ -2,7 +2,7 @@
 
 Runs ``embodied-gym demo`` with a profile into a fresh run folder (the stage cache must be cold
 for the times to mean anything), then prints one table of stage wall times and one of success
-rates on the stand-in robot (Wilson 95 % intervals), next to the paper's numbers (SPEC §4):
+rates on the stand-in robot (Wilson 95 % intervals), next to the paper's real-robot numbers (arXiv 2507.05198):
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/demo.py --profile quick --out runs/bench_demo
 

@@ -1,4 +1,4 @@
-"""The paper's policy experiment (SPEC §4) against the stand-in robot, CPU-sized.
+"""The paper's policy experiment (EmbodieDreamer, arXiv 2507.05198) against the stand-in robot, CPU-sized.
 
 Rows (all evaluated on the stand-in robot, ``EmbodieDreamer-<Task>-Real-v0``):
 
@@ -240,7 +240,7 @@ def _plot(results: dict, png: Path, task: str) -> None:
     ax.set_xticks(range(len(keys)), [f"({k})\n" + textwrap.fill(results[k]["row"], 22) for k in keys], fontsize=7)
     ax.set_ylim(0, 1)
     ax.set_ylabel("success on the stand-in robot")
-    ax.set_title(f"{task}: ACT rows of SPEC §4 (stand-in, Wilson 95 % CI)")
+    ax.set_title(f"{task}: the paper's ACT rows (stand-in, Wilson 95 % CI)")
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

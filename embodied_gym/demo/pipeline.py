@@ -1,6 +1,6 @@
 """The Real2Sim2Real loop, top to bottom, on the stand-in robot.
 
-For each task (SPEC §4's experiment shape):
+For each task (the shape of the paper's policy experiment, arXiv 2507.05198):
 
 1. ``record``: expert demonstrations on the stand-in robot (the "real" data).
 2. ``calibrate``: the recommended calibration method (``mujoco.sysid`` after ``benchmarks/calibration.py``)

@@ -74,7 +74,7 @@ def add_commands(sub) -> None:
     act.add_argument("--out", required=True, help="output folder: checkpoints/, train_log.jsonl, loss.png")
     act.add_argument("--cameras", nargs="+", help="cameras to use (default: all in the dataset)")
     act.add_argument("--preset", default="cpu", choices=["cpu", "paper"],
-                     help="cpu: small ACT, 72x96 images, 2000 steps; paper: SPEC §3 sizes (default cpu)")
+                     help="cpu: small ACT, 72x96 images, 2000 steps; paper: the sizes of ACT (arXiv 2304.13705) as the paper trains it (default cpu)")
     act.add_argument("--steps", type=int, help="optimisation steps (default: the preset's)")
     act.add_argument("--batch-size", type=int)
     act.add_argument("--lr", type=float)

@@ -1,4 +1,5 @@
-"""TPO: trajectory-wise preference optimisation of an ACT policy in the (aligned) simulator (SPEC §3).
+"""TPO: trajectory-wise preference optimisation of an ACT policy in the (aligned) simulator
+(EmbodieDreamer, arXiv 2507.05198, policy training; the loss of GRAPE, arXiv 2411.19309).
 
 One iteration:
 
@@ -54,7 +55,7 @@ from embodied_gym.policies.scoring import target_distance, trajectory_score
 
 @dataclass
 class TPOConfig:
-    """One TPO run (defaults: SPEC §3, GRAPE's β)."""
+    """One TPO run (defaults: the paper's TPO settings where it gives them, GRAPE's β = 0.1)."""
 
     policy: str
     env_id: str
