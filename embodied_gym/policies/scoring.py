@@ -2,16 +2,9 @@
 
 Each task's target is a point the gripper (the nearest TCP) should end at when the task is done,
 computed from privileged ``info`` (``tcp_poses``, ``object_poses``; in the sim only) by the task's
-:meth:`~embodied_gym.envs.tasks.base.Task.score_target` (in its module under
-``embodied_gym/envs/tasks/``). For the paper's four tasks:
-
-=============  =========================================================================
-PickCup        the cup's grasp point (3 cm below the rim) at the cup's *start* position,
-               raised by the lift height (5 cm): where a successful lift ends
-PenInCup       5 cm above the pen cup's rim, over its centre (the pen is dropped from there)
-RemoteInBox    5 cm above the box's rim, over its centre
-CupOnMat       the cup's grasp point when standing on the mat's centre
-=============  =========================================================================
+:meth:`~embodied_gym.envs.tasks.base.Task.score_target`, documented in its module under
+``embodied_gym/envs/tasks/`` (e.g. PickCup's: the cup's grasp point at the cup's *start* position,
+raised by the lift height, where a successful lift ends).
 
 The score of a trajectory is ``success + exp(-d / 5 cm)`` with ``d`` the final distance (m):
 successful trajectories always rank above failed ones, and among equals the closer end ranks

@@ -1,20 +1,15 @@
 """The tasks of the paper's experiment (arXiv 2507.05198), one module each, and their registry.
 
-=============  ==========================================================================
-PickCup        cup base >= 5 cm above the table, held by both finger pads of one gripper,
-               no cup-table contact
-PenInCup       the pen's lower tip inside the pen cup's inner volume, pen released
-RemoteInBox    remote's centre inside the box's inner footprint, its top below the rim,
-               remote released
-CupOnMat       cup upright (tilt < 15 deg), base centre on the mat, resting on it, released
-=============  ==========================================================================
-
 :data:`TASKS` (name -> :class:`Task` subclass) is the one registry: ``make_task``, the env
 classes (``embodied_gym.envs.aloha_env.TASK_ENVS``), the registered env ids
 ``EmbodieDreamer-<Task>-v0`` / ``-Real-v0`` and the CLI's task choices all follow from it. To add a
 task, write ``embodied_gym/envs/tasks/<task>.py`` with a :class:`Task` subclass (every hook of
 :class:`~embodied_gym.envs.tasks.base.Task`) and add it to :data:`TASKS` below;
-``tests/test_tasks.py`` then checks it like the others.
+``tests/test_tasks.py`` then checks it like the others. Shared pieces: ``base.py`` (the hooks,
+contacts, poses, reward helpers), ``objects.py`` (object builders, the cup), ``planning.py`` (the
+experts' waypoints).
+
+The registered tasks (each module's ``summary`` and ``success_doc``):
 """
 
 from __future__ import annotations
@@ -56,6 +51,10 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
 
 
 TASKS: dict[str, type[Task]] = _registry(PickCup, PenInCup, RemoteInBox, CupOnMat)
+
+if __doc__ is not None:  # None under python -OO
+    __doc__ += "".join(f"\n- ``{n}`` ({c.__module__}): {c.summary}. Success: {c.success_doc}\n"
+                       for n, c in TASKS.items())
 
 
 def make_task(name: str) -> Task:
