@@ -242,16 +242,19 @@ class Task(abc.ABC):
     def nearest_tcp_distance(data, idx: SceneIndex, point: np.ndarray) -> float:
         return min(math.dist(data.site_xpos[s], point) for s in idx.tcp_sites)
 
-    def _place_status(self, data, idx: SceneIndex, obj: str, reach_point, moved_xy, target_xy, placed: bool,
-                      placed_term: str) -> TaskStatus:
-        """Terms of a pick-and-place task: reach ``obj``, hold it (or have placed it), bring
-        ``moved_xy`` over ``target_xy``, ``placed``; success = placed and released."""
+    def _place_status(self, data, idx: SceneIndex, obj: str, target: str, placed: bool, placed_term: str,
+                      moved_xy=None) -> TaskStatus:
+        """Terms of a pick-and-place task: reach ``obj`` (at :meth:`reach_point`), hold it (or have
+        placed it), bring ``moved_xy`` (default: ``obj``'s base centre) over ``target``'s base centre,
+        ``placed``; success = placed and released."""
         contacts = Contacts(data, idx)
         carried = float(contacts.grasping_arm(obj) is not None or placed)
+        if moved_xy is None:
+            moved_xy = data.xpos[idx.object_bodies[obj]][:2]
         terms = {
-            "reach": reach_term(self.nearest_tcp_distance(data, idx, reach_point)),
+            "reach": reach_term(self.nearest_tcp_distance(data, idx, self.reach_point(body_poses(data, idx, (obj,))))),
             "grasp": carried,
-            "transport": reach_term(math.dist(moved_xy, target_xy), 5.0) * carried,
+            "transport": reach_term(math.dist(moved_xy, data.xpos[idx.object_bodies[target]][:2]), 5.0) * carried,
             placed_term: float(placed),
         }
         return self._finish(terms, placed and not contacts.held(obj))

@@ -60,10 +60,7 @@ class CupOnMat(Task):
         return np.asarray(poses["cup"][:3], dtype=np.float64) + CUP_GRASP_OFFSET
 
     def evaluate(self, model, data, idx):
-        cpos = data.xpos[idx.object_bodies["cup"]]
-        mpos = data.xpos[idx.object_bodies["mat"]]
-        return self._place_status(data, idx, "cup", self.reach_point({"cup": cpos}), cpos[:2], mpos[:2],
-                                  self.on_mat(data, idx), "on_mat")
+        return self._place_status(data, idx, "cup", "mat", self.on_mat(data, idx), "on_mat")
 
     def score_target(self, start_poses, poses):
         """The cup's grasp point when the cup stands on the mat's centre."""

@@ -10,7 +10,7 @@ import numpy as np
 
 from embodied_gym.envs import robot
 from embodied_gym.envs.kinematics import horizontal_rotation
-from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame, body_poses, quat_matrix, quat_yaw
+from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame, quat_matrix, quat_yaw
 from embodied_gym.envs.tasks.objects import add_free_body, hollow_cylinder
 from embodied_gym.envs.tasks.planning import (ARM_BASES, FINGERTIP_BELOW_TCP, ExpertPlan, Waypoint, closest_yaw,
                                               grip_command, natural_closing_yaw, pick)
@@ -74,9 +74,7 @@ class PenInCup(Task):
 
     def evaluate(self, model, data, idx):
         low, _ = self.pen_tips(data, idx)
-        cup = data.xpos[idx.object_bodies["pencup"]]
-        return self._place_status(data, idx, "pen", self.reach_point(body_poses(data, idx, ("pen",))), low[:2],
-                                  cup[:2], self.tip_inside(data, idx), "inside")
+        return self._place_status(data, idx, "pen", "pencup", self.tip_inside(data, idx), "inside", moved_xy=low[:2])
 
     def score_target(self, start_poses, poses):
         """5 cm above the pen cup's rim, over its centre."""
