@@ -10,10 +10,12 @@ import os
 from pathlib import Path
 
 from embodied_gym.atomic import write_text
+from embodied_gym.envs.tasks import TASKS
 
-# SPEC §4: the paper's task success (%) on the real robot, real-data SFT (three views) -> after RL in
-# EmbodieDreamer (single view); shown next to our stand-in figures, never mixed with them.
-PAPER = {"PickCup": (50, 90), "PenInCup": (20, 70), "RemoteInBox": (60, 80), "CupOnMat": (40, 70)}
+# The paper's task success (%) on the real robot, real-data SFT (three views) -> after RL in
+# EmbodieDreamer (single view), from each task's module (Task.paper_success); shown next to our
+# stand-in figures, never mixed with them.
+PAPER = {name: cls.paper_success for name, cls in TASKS.items() if cls.paper_success is not None}
 LABELS = {"expert": "scripted expert", "act_real": "ACT, stand-in demos", "act_aligned": "ACT, aligned sim",
           "tpo": "ACT, aligned sim + TPO"}
 

@@ -183,82 +183,37 @@ class AlohaTaskEnv(AlohaEnv):
         return info
 
 
-class PickCupEnv(AlohaTaskEnv):
-    """``EmbodieDreamer-PickCup-v0``: grab a paper cup and lift it at least 5 cm.
+# ----------------------------------------------------------------------------- one env class per task
+# Made from the task registry (embodied_gym/envs/tasks/__init__.py): ``<Task>Env`` for every task, its
+# docstring (gymnasium's MuJoCo env sections) from the task module. PickCupEnv, PenInCupEnv,
+# RemoteInBoxEnv and CupOnMatEnv are module attributes like any hand-written class.
+from embodied_gym.envs.tasks import TASKS  # noqa: E402  (the registry; tasks never import this module)
 
-    Start state: a paper cup (radius 2.5 cm, 8 cm tall, 15 g) upright at x in [-0.15, 0.15] m,
-    y in [0.42, 0.58] m (the arms' bases are at x = ±0.469, y = 0.5); either arm may take it.
+ENV_DOC_SECTIONS = ("Description", "Action Space", "Observation Space", "Rewards", "Starting State", "Success",
+                    "Episode End", "Arguments")
 
-    Success: the cup's base is at least 5 cm above the table, both finger pads of one gripper
-    touch it, and it does not touch the table.
-
-    Reward, in [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a
-    point 3 cm below the rim), grasp (1 while both pads touch), lift (height / 5 cm while
-    grasped) and success (counted twice).
-
-    Episode end: success, or 200 steps (4 s).
-    """
-
-    task_name = "PickCup"
-
-
-class PenInCupEnv(AlohaTaskEnv):
-    """``EmbodieDreamer-PenInCup-v0``: put a pen into a pen cup.
-
-    Start state: a pen (15 cm, 12 mm thick, 12 g) lying on the table at x in [0.10, 0.18],
-    y in [0.40, 0.46], yaw in [-0.3, 0.3] rad (long axis near the x axis); a pen cup (inner
-    radius 3 cm, 9 cm tall, 300 g) at x in [0.00, 0.06], y in [0.55, 0.60]. Meant for the right arm.
-
-    Success: the pen's lower tip is inside the pen cup's inner volume and no gripper touches
-    the pen.
-
-    Reward, in [0, 1]: mean of reach (TCP to the pen's middle), grasp (pen held or inside),
-    transport (pen tip to above the cup), inside, and success (counted twice).
-
-    Episode end: success, or 350 steps (7 s).
-    """
-
-    task_name = "PenInCup"
-
-
-class RemoteInBoxEnv(AlohaTaskEnv):
-    """``EmbodieDreamer-RemoteInBox-v0``: put a TV remote into an open box.
-
-    Start state: a remote (17 x 4.5 x 2 cm, 100 g) at x in [0.14, 0.20], y in [0.38, 0.45],
-    yaw in [-0.3, 0.3] rad; an open box (inner 26 x 14 cm, 7 cm tall, 400 g) at x in [-0.02, 0.04],
-    y in [0.56, 0.62], yaw in [-0.15, 0.15] rad. Meant for the right arm.
-
-    Success: the remote's centre is inside the box's inner footprint, its highest corner is
-    below the rim, and no gripper touches it.
-
-    Reward, in [0, 1]: mean of reach, grasp (held or inside), transport (remote to the box
-    centre, horizontally), inside, and success (counted twice).
-
-    Episode end: success, or 350 steps (7 s).
-    """
-
-    task_name = "RemoteInBox"
-
-
-class CupOnMatEnv(AlohaTaskEnv):
-    """``EmbodieDreamer-CupOnMat-v0``: place a cup upright on a mat.
-
-    Start state: a cup (radius 2.5 cm, 8 cm tall, 30 g) at x in [0.10, 0.18], y in [0.40, 0.46];
-    a mat (12 x 12 cm, 4 mm, 200 g) at x in [-0.04, 0.04], y in [0.56, 0.62], yaw in [-0.3, 0.3] rad.
-    Meant for the right arm.
-
-    Success: the cup is upright (tilt under 15 degrees), its base centre lies within the mat
-    and rests on it (less than 1.5 cm above), and no gripper touches it.
-
-    Reward, in [0, 1]: mean of reach, grasp (held or on the mat), transport (cup to the mat
-    centre, horizontally), on_mat, and success (counted twice).
-
-    Episode end: success, or 350 steps (7 s).
-    """
-
-    task_name = "CupOnMat"
-
-
-TASK_ENVS: dict[str, type[AlohaTaskEnv]] = {
-    cls.task_name: cls for cls in (PickCupEnv, PenInCupEnv, RemoteInBoxEnv, CupOnMatEnv)
+_SHARED_SECTIONS = {
+    "Action Space": ("14-D ``[left arm 6, left gripper, right arm 6, right gripper]``; its meaning follows "
+                     "``control_mode`` (``joint_pos``, ``joint_delta`` or ``ee_delta``), see :class:`AlohaTaskEnv`."),
+    "Observation Space": ("A flat ``Dict`` of ``joint_pos`` (14), ``joint_vel`` (14) and one ``(H, W, 3)`` uint8 "
+                          "image per camera, as ``obs_type`` asks; object poses are in ``info`` only."),
+    "Arguments": ("``gym.make(id, obs_type=..., cameras=..., image_size=..., control_mode=..., physics=..., "
+                  "render_mode=..., terminate_on_success=...)``, see :class:`AlohaTaskEnv`."),
 }
+
+
+def _env_docstring(task) -> str:
+    sections = dict(_SHARED_SECTIONS, **task.doc_sections())
+    head = f"``EmbodieDreamer-{task.name}-v0``: {task.summary}."
+    return "\n\n".join([head] + [f"## {name}\n\n{sections[name]}" for name in ENV_DOC_SECTIONS]) + "\n"
+
+
+def _task_env_class(task_cls) -> type[AlohaTaskEnv]:
+    task = task_cls()
+    name = f"{task.name}Env"
+    return type(name, (AlohaTaskEnv,), {"task_name": task.name, "__doc__": _env_docstring(task),
+                                        "__module__": __name__, "__qualname__": name})
+
+
+TASK_ENVS: dict[str, type[AlohaTaskEnv]] = {name: _task_env_class(cls) for name, cls in TASKS.items()}
+globals().update({cls.__name__: cls for cls in TASK_ENVS.values()})

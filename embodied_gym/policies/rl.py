@@ -16,18 +16,15 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-# Offsets (m) from an object's base frame to the point its reach term measures (see envs/tasks.py).
-_REACH_OBJECT = {"PickCup": ("cup", 0.05), "PenInCup": ("pen", 0.006), "RemoteInBox": ("remote", 0.02),
-                 "CupOnMat": ("cup", 0.05)}
-
 
 class ReachStageWrapper(gym.Wrapper):
     """The reach stage of a task env made with ``obs_type="state"``.
 
     Observation space: the env's ``Dict`` plus ``reach_target`` (3, float32), the world position
-    of the point the task's reach term measures (e.g. 3 cm below the paper cup's rim; privileged
-    sim state), and ``reach_vector`` (6, float32), that point minus each arm's TCP position (the
-    TCPs follow from the joint positions by forward kinematics, so a real robot knows them too).
+    of the point the task's reach term measures (the task's ``reach_point``, e.g. 3 cm below the
+    paper cup's rim; from privileged ``info["object_poses"]``), and ``reach_vector`` (6, float32),
+    that point minus each arm's TCP position (the TCPs follow from the joint positions by forward
+    kinematics, so a real robot knows them too).
     Reward: ``-d`` per step, d (m) the distance from the nearest TCP to the reach point. The task's
     own reach term 1 - tanh(10 d) is almost flat at the start distance (~0.3 m: 0.007), which
     starves small CPU budgets of signal; -d is linear everywhere. ``info["reach_distance"]`` is d.
@@ -37,17 +34,14 @@ class ReachStageWrapper(gym.Wrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        task = env.unwrapped.task.name
-        if task not in _REACH_OBJECT:
-            raise ValueError(f"no reach stage for task {task!r}; tasks: {sorted(_REACH_OBJECT)}")
-        self._object, self._dz = _REACH_OBJECT[task]
+        self._task = env.unwrapped.task
         spaces = dict(env.observation_space.spaces)
         spaces["reach_target"] = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
         spaces["reach_vector"] = gym.spaces.Box(-4.0, 4.0, (6,), np.float32)
         self.observation_space = gym.spaces.Dict(spaces)
 
     def _augment(self, obs, info):
-        target = np.asarray(info["object_poses"][self._object][:3], np.float64) + (0.0, 0.0, self._dz)
+        target = np.asarray(self._task.reach_point(info["object_poses"]), np.float64)
         tcp = np.asarray(info["tcp_poses"])[:, :3]
         info["reach_distance"] = float(np.min(np.linalg.norm(tcp - target, axis=1)))
         return dict(obs, reach_target=target.astype(np.float32),

@@ -1,0 +1,115 @@
+"""PenInCup: put a pen into a pen cup (``EmbodieDreamer-PenInCup-v0``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import mujoco
+import numpy as np
+
+from embodied_gym.envs import robot
+from embodied_gym.envs.kinematics import horizontal_rotation
+from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame, quat_matrix, quat_yaw
+from embodied_gym.envs.tasks.objects import add_free_body, hollow_cylinder
+from embodied_gym.envs.tasks.planning import (ARM_BASES, FINGERTIP_BELOW_TCP, ExpertPlan, Waypoint, closest_yaw,
+                                              grip_command, natural_closing_yaw, pick)
+
+PEN_RADIUS = 0.006
+PEN_HALF_LENGTH = 0.075
+PENCUP_INNER = 0.03
+PENCUP_HEIGHT = 0.09
+ABOVE_RIM = 0.05
+"""TPO's target is this far above the pen cup's rim (the pen is dropped from there)."""
+
+
+@dataclass
+class PenInCup(Task):
+    """Put a pen into a pen cup with the right arm."""
+
+    name: str = "PenInCup"
+    description: str = "Put the pen into the pen cup."
+    max_episode_steps: int = 350
+    ranges: dict = field(default_factory=lambda: {
+        "pen": ObjectRange((0.10, 0.18), (0.40, 0.46), (-0.3, 0.3)),
+        "pencup": ObjectRange((0.0, 0.06), (0.55, 0.60)),
+    })
+
+    summary = "put a pen into a pen cup"
+    object_docs = {"pen": "15 cm long, 12 mm thick, 12 g, lying on the table, its long axis near the x axis",
+                   "pencup": "inner radius 3 cm, 9 cm tall, 300 g"}
+    success_doc = "The pen's lower tip is inside the pen cup's inner volume and no gripper touches the pen."
+    reward_doc = ("In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the pen's middle), "
+                  "grasp (pen held or inside), transport (pen tip to above the cup), inside, and success "
+                  "(counted twice).")
+    reward_terms = ("reach", "grasp", "transport", "inside", "success")
+    paper_success = (20, 70)
+
+    def add_objects(self, spec):
+        m, L, r = 0.012, PEN_HALF_LENGTH, PEN_RADIUS
+        # The pen's long axis is its body x axis; it lies on the table.
+        body = add_free_body(spec, "pen", m, r, (m * r**2 / 2, m * L**2 / 3, m * L**2 / 3))
+        body.add_geom(name="pen", type=mujoco.mjtGeom.mjGEOM_CAPSULE, size=(r, L - r, 0), pos=(0, 0, r),
+                      quat=(math.cos(math.pi / 4), 0, math.sin(math.pi / 4), 0), rgba=(0.1, 0.2, 0.75, 1),
+                      condim=4, friction=(1.0, 0.005, 0.0001))
+        hollow_cylinder(spec, "pencup", PENCUP_INNER + 0.004, PENCUP_HEIGHT, 0.004, 0.3, (0.25, 0.25, 0.28, 1))
+
+    def pen_tips(self, data, idx) -> tuple[np.ndarray, np.ndarray]:
+        """(lower tip, upper tip) of the pen's axis, world frame."""
+        pos, rot = body_frame(data, idx.object_bodies["pen"])
+        centre = pos + rot[:, 2] * PEN_RADIUS
+        a, b = centre + rot[:, 0] * PEN_HALF_LENGTH, centre - rot[:, 0] * PEN_HALF_LENGTH
+        return (a, b) if a[2] <= b[2] else (b, a)
+
+    def tip_inside(self, data, idx) -> bool:
+        low, _ = self.pen_tips(data, idx)
+        cpos, crot = body_frame(data, idx.object_bodies["pencup"])
+        local = crot.T @ (low - cpos)
+        return bool(np.hypot(local[0], local[1]) < PENCUP_INNER and 0.0 <= local[2] <= PENCUP_HEIGHT)
+
+    def reach_point(self, poses):
+        """The middle of the pen's axis."""
+        pose = np.asarray(poses["pen"], dtype=np.float64)
+        return pose[:3] + quat_matrix(pose[3:7])[:, 2] * PEN_RADIUS
+
+    def evaluate(self, model, data, idx):
+        low, _ = self.pen_tips(data, idx)
+        return self._place_status(data, idx, "pen", "pencup", self.tip_inside(data, idx), "inside", moved_xy=low[:2])
+
+    def score_target(self, start_poses, poses):
+        """5 cm above the pen cup's rim, over its centre."""
+        x, y = poses["pencup"][:2]
+        return np.array([x, y, PENCUP_HEIGHT + ABOVE_RIM])
+
+    def expert_plan(self, poses):
+        pen, cup = poses["pen"], poses["pencup"]
+        pen_yaw = quat_yaw(pen[3:])
+        closing = closest_yaw(pen_yaw + math.pi / 2, natural_closing_yaw(1, pen[:2]))
+        grasp_z = 2 * PEN_RADIUS + FINGERTIP_BELOW_TCP - 0.009
+        wps = pick(pen[:2], grasp_z, closing, grip_command(PEN_RADIUS, 0.004), 0.25)
+        # Pitch the gripper level (turning about the closing axis), so the pen hangs vertical;
+        # then turn about the vertical (the pen stays vertical) to point away from the arm's base.
+        pen_dir = np.array([math.cos(pen_yaw), math.sin(pen_yaw), 0.0])
+        approach = -pen_dir if pen_dir[0] > 0 else pen_dir  # point towards the table centre
+        level = horizontal_rotation(approach, closing)
+        radial = np.array([*(cup[:2] - ARM_BASES[1]), 0.0])
+        turn = math.atan2(radial[1], radial[0]) - math.atan2(approach[1], approach[0])
+        c, s_ = math.cos(turn), math.sin(turn)
+        over_cup = np.array([[c, -s_, 0], [s_, c, 0], [0, 0, 1]]) @ level
+        # Where the pen's centre sits in the TCP frame after the grasp.
+        offset_local = wps[1].rot.T @ (np.array([*pen[:2], PEN_RADIUS]) - wps[1].pos)
+        hold = wps[-1].pos
+
+        def tcp_for(centre):
+            return centre - over_cup @ offset_local
+
+        above_cup = tcp_for(np.array([*cup[:2], 0.12 + PEN_HALF_LENGTH]))
+        inside = tcp_for(np.array([*cup[:2], 0.07 + PEN_HALF_LENGTH]))
+        g = wps[-1].grip
+        return ExpertPlan(1, wps + [
+            Waypoint(50, hold, level, g),
+            Waypoint(60, above_cup, over_cup, g),
+            Waypoint(30, inside, over_cup, g),
+            Waypoint(15, inside, over_cup, robot.GRIPPER_OPEN),
+            Waypoint(30, inside + np.array([0, 0, 0.10]), over_cup, robot.GRIPPER_OPEN),
+        ])

@@ -1,0 +1,87 @@
+"""The scripted experts' planning toolkit: TCP waypoints and the pick motion every task starts with.
+
+A task's :meth:`~embodied_gym.envs.tasks.base.Task.expert_plan` returns an :class:`ExpertPlan`
+built from these pieces; :class:`embodied_gym.envs.experts.ScriptedExpert` tracks it through IK.
+Positions are the TCP's (world frame, m), rotations the gripper's (3x3), ``grip`` the finger's
+rail position (m).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from embodied_gym.envs import robot
+from embodied_gym.envs.kinematics import top_down_rotation
+
+PAD_INSET = 0.0224
+"""The inner face of a finger pad sits this far inside the finger's rail position (measured on the mesh)."""
+FINGERTIP_BELOW_TCP = 0.024
+"""Fingertips reach this far past the TCP along the approach axis."""
+SETTLE_STEPS = 15
+"""Steps the expert waits at the grasp pose for its integral action to settle before closing."""
+ARM_BASES = np.array([[-0.469, 0.5], [0.469, 0.5]])
+"""(x, y) of the left and right arm's base (m)."""
+
+
+def grip_command(half_width: float, squeeze: float) -> float:
+    """Rail position that closes the pads ``squeeze`` metres into an object ``2*half_width`` wide."""
+    return float(np.clip(half_width + PAD_INSET - squeeze, robot.GRIPPER_CLOSED, robot.GRIPPER_OPEN))
+
+
+@dataclass
+class Waypoint:
+    """Reach ``pos``/``rot`` with the gripper at ``grip`` over ``steps`` control steps."""
+
+    steps: int
+    pos: np.ndarray
+    rot: np.ndarray
+    grip: float
+
+
+@dataclass
+class ExpertPlan:
+    """The arm that does the task (0 left, 1 right) and its waypoints, followed in order from the
+    start pose; the other arm holds its start pose."""
+
+    arm: int
+    waypoints: list[Waypoint]
+
+
+def natural_closing_yaw(arm: int, xy: np.ndarray) -> float:
+    """The yaw of the closing axis when the gripper points straight out from ``arm``'s base to ``xy``."""
+    d = xy - ARM_BASES[arm]
+    return math.atan2(d[1], d[0]) + math.pi / 2
+
+
+def closest_yaw(yaw: float, reference: float) -> float:
+    """``yaw`` or ``yaw ± π`` (the gripper is symmetric), whichever is nearest ``reference``."""
+    cands = [yaw + k * math.pi for k in (-2, -1, 0, 1, 2)]
+    return min(cands, key=lambda c: abs(c - reference))
+
+
+def pick(centre_xy, grasp_z: float, closing_yaw: float, grip: float, lift_z: float) -> list[Waypoint]:
+    """Top-down pick: above the object, down to ``grasp_z``, settle, close to ``grip``, lift to ``lift_z``."""
+    rot = top_down_rotation(closing_yaw)
+    above = np.array([*centre_xy, grasp_z + 0.10])
+    at = np.array([*centre_xy, grasp_z])
+    return [
+        Waypoint(40, above, rot, robot.GRIPPER_OPEN),
+        Waypoint(30, at, rot, robot.GRIPPER_OPEN),
+        Waypoint(SETTLE_STEPS, at, rot, robot.GRIPPER_OPEN),  # let the integral action settle
+        Waypoint(15, at, rot, grip),
+        Waypoint(40, np.array([*centre_xy, lift_z]), rot, grip),
+    ]
+
+
+def put_down(xy, carry_z: float, low_z: float, rot: np.ndarray, grip: float, descend_steps: int) -> list[Waypoint]:
+    """Carry the held object over ``xy`` at ``carry_z``, lower the TCP to ``low_z``, open, back off 12 cm up."""
+    low = np.array([*xy, low_z])
+    return [
+        Waypoint(60, np.array([*xy, carry_z]), rot, grip),
+        Waypoint(descend_steps, low, rot, grip),
+        Waypoint(15, low, rot, robot.GRIPPER_OPEN),
+        Waypoint(30, low + np.array([0, 0, 0.12]), rot, robot.GRIPPER_OPEN),
+    ]
