@@ -169,7 +169,7 @@ class RecordedDataset:
         """The video feature key of ``camera``; raises :class:`DatasetError` listing the cameras."""
         key = image_key(camera)
         if key not in self.meta.video_keys:
-            raise DatasetError(f"dataset {self.root} has no video of camera {camera!r}; it has "
+            raise DatasetError(f"dataset {self.root} has no video for camera {camera!r}; it has "
                                f"{self.cameras or 'no camera'}. Record one with `embodied-gym record ... "
                                f"--cameras {camera}`")
         return key

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from embodied_gym import atomic
 from embodied_gym.data.features import AUTO_FEATURES, FPS, SIDECAR
-from embodied_gym.data.reader import dataset_repo_id, is_dataset, read_info, read_sidecar
+from embodied_gym.data.reader import DatasetError, dataset_repo_id, is_dataset, read_info, read_sidecar
 
 
 def video_encoder(vcodec: str = "h264"):
@@ -45,7 +45,7 @@ class EpisodeWriter:
 
     Raises:
         FileExistsError: ``root`` holds a dataset and ``resume`` is false, or holds other files.
-        ValueError: resuming a dataset recorded at another frame rate or with other features (the
+        DatasetError: resuming a dataset recorded at another frame rate or with other features (the
             message lists the differences).
 
     Use ``add_frame`` for each frame, then ``save_episode(row)``; on an error mid-episode call
@@ -85,7 +85,7 @@ class EpisodeWriter:
             if have.get(k) != want.get(k):
                 diffs.append(f"{k}: {have.get(k, 'absent')} (now {want.get(k, 'absent')})")
         if diffs:
-            raise ValueError(f"{self.root} was recorded with other settings: {'; '.join(diffs)}; resume with the "
+            raise DatasetError(f"{self.root} was recorded with other settings: {'; '.join(diffs)}; resume with the "
                              f"same cameras and image size, or choose another output folder")
 
     def _open(self):

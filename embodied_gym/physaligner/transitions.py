@@ -22,7 +22,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from embodied_gym.data.replay import Episode
+from embodied_gym.data.reader import Episode
 from embodied_gym.envs import robot as layout
 from embodied_gym.envs.physics import apply_physics
 from embodied_gym.envs.scene import N_SUBSTEPS, compile_scene
