@@ -128,6 +128,8 @@ def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path):
         main(["replay", "--dataset", str(sim_dataset), "--episodes", "99", "--out", str(tmp_path / "r")])
     with pytest.raises(DatasetError, match="out of range"):
         open_dataset(sim_dataset).frames("cam_high", 2)
+    with pytest.raises(SystemExit, match=r"has episodes 0-1; episode\(s\) \[99\] out of range"):
+        main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99", "--out", str(tmp_path / "a")])
 
 
 def test_a_damaged_sidecar_line_is_named(sim_dataset, tmp_path):
@@ -149,6 +151,28 @@ def test_writer_refuses_to_resume_with_other_settings(sim_dataset, tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(FileExistsError, match="not a LeRobotDataset"):
         EpisodeWriter(tmp_path / "other", F.dataset_features((), (0, 0)))
+
+
+def test_an_interrupted_episode_is_dropped_and_resume_continues(tmp_path):
+    env = _short_env(steps=6)
+    expert, calls = embodied_gym.make_expert(env), []
+
+    def flaky(obs, info):  # dies in the middle of the second episode
+        calls.append(1)
+        if len(calls) == 9:
+            raise KeyboardInterrupt
+        return expert(obs, info)
+
+    with pytest.raises(KeyboardInterrupt):
+        record(env, flaky, tmp_path / "d", 3, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    ds = open_dataset(tmp_path / "d")
+    assert ds.total_episodes == 1 and [r["episode_index"] for r in ds.rows()] == [0]
+    assert len(ds.episodes()[0].action) == 6
+    summary = record(env, expert, tmp_path / "d", 2, resume=True, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    ds = open_dataset(tmp_path / "d")
+    assert summary.episodes == 3 and [e.seed for e in ds.episodes()] == [0, 1, 2]
+    assert [r["episode_index"] for r in ds.rows()] == [0, 1, 2] and ds.frames("cam_high", 2).shape[0] == 6
 
 
 def _record_like_v0_1(env, root, episodes, env_id):

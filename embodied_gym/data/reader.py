@@ -285,6 +285,8 @@ class RecordedDataset:
         """
         self.require(TRAJECTORY, "replay and calibration")
         wanted = self.check_episodes(episodes)
+        if not wanted:  # e.g. a dataset whose first recording was interrupted
+            return []
         hf = self.table(wanted if episodes is not None else None)
         ep_index = np.asarray(hf["episode_index"])
         cols = {k: np.stack(hf[k]).astype(np.float64) for k in TRAJECTORY}
