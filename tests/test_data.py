@@ -117,6 +117,13 @@ def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path):
         load_episodes(root)
     with pytest.raises(SystemExit, match=f"replay: dataset {root}: {rel} is damaged"):
         main(["replay", "--dataset", str(root), "--out", str(tmp_path / "r")])
+    video_root = tmp_path / "broken_video"
+    shutil.copytree(sim_dataset, video_root)
+    video = sorted((video_root / "videos").rglob("*.mp4"))[-1]
+    video.write_bytes(video.read_bytes()[: video.stat().st_size // 3])
+    with pytest.raises(DatasetError, match=f"cannot decode episode 1 of camera 'cam_high' from "
+                                           f"{video.relative_to(video_root)}"):
+        open_dataset(video_root).frames("cam_high", 1)
 
 
 def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path):
