@@ -57,15 +57,6 @@ def parse_env_id(value: str) -> EnvId:
     return EnvId(m["task"], m["real"] is not None, int(m["version"]))
 
 
-def is_env_id(value) -> bool:
-    """Whether ``value`` parses as an embodied-gym env id (see :func:`parse_env_id`)."""
-    try:
-        parse_env_id(value)
-    except ValueError:
-        return False
-    return True
-
-
 def register_envs() -> None:
     for task, cls in TASK_ENVS.items():
         steps = make_task(task).max_episode_steps
