@@ -81,11 +81,10 @@ def main() -> int:
     p.add_argument("--figure", default="benchmarks/figures/calibration_error_vs_time.png")
     args = p.parse_args()
 
-    from embodied_gym.data.replay import load_episodes
+    from embodied_gym.data.reader import is_dataset, load_episodes, read_info
     from embodied_gym.physaligner.objective import ReplayObjective
 
-    if not os.path.exists(os.path.join(args.dataset, "meta", "info.json")) or \
-            len(load_episodes(args.dataset)) < args.episodes:
+    if not is_dataset(args.dataset) or read_info(args.dataset)["total_episodes"] < args.episodes:
         record_dataset(args.dataset, args.episodes)
     episodes = load_episodes(args.dataset)[: args.episodes]
     space = ParameterSpace()

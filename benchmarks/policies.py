@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import embodied_gym  # noqa: F401  (registers the ids)
+from embodied_gym.data.reader import is_dataset, read_info
 from embodied_gym.data.recording import record
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
 from embodied_gym.policies.evaluate import evaluate_policy
@@ -42,9 +43,8 @@ THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
 
 
 def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics=None, seed=0) -> float:
-    have = 0
-    if (root / "meta" / "info.json").exists():
-        have = json.loads((root / "meta" / "info.json").read_text())["total_episodes"]
+    have = read_info(root)["total_episodes"] if is_dataset(root) else 0
+    if have:
         if have >= episodes:
             return float("nan")
     agent = ExpertAgent()
@@ -61,13 +61,13 @@ def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics
 def _first_real_frame(dataset: Path, png: Path) -> Path:
     from PIL import Image
 
-    from embodied_gym.visaligner.paired import read_episode_frames
+    from embodied_gym.data.reader import open_dataset
 
     if not png.exists():
-        if not (dataset / "meta" / "info.json").exists():
+        if not is_dataset(dataset):
             raise SystemExit(f"no stand-in recording at {dataset} to take the reference frame from: run row a or b "
                              f"first, or pass --reference IMAGE")
-        Image.fromarray(read_episode_frames(dataset, "cam_high", [0])[0][0]).save(png)
+        Image.fromarray(open_dataset(dataset).frames("cam_high", 0)[0]).save(png)
     return png
 
 

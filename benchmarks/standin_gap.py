@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 
 import embodied_gym  # noqa: E402
 from embodied_gym.data.recording import record  # noqa: E402
-from embodied_gym.data.replay import load_episodes, replay_episode  # noqa: E402
+from embodied_gym.data.reader import load_episodes  # noqa: E402
+from embodied_gym.data.replay import replay_episode  # noqa: E402
 from embodied_gym.envs.tasks import TASKS  # noqa: E402
 
 

@@ -10,10 +10,10 @@ select_gl_backend()  # before anything imports mujoco
 
 from embodied_gym.envs import TASK_ENVS, PhysicsParams  # noqa: E402
 from embodied_gym.envs.experts import make_expert  # noqa: E402
-from embodied_gym.registration import env_id, register_envs  # noqa: E402
+from embodied_gym.registration import env_id, parse_env_id, register_envs  # noqa: E402
 
 __version__ = "0.1.0"
 
 register_envs()
 
-__all__ = ["PhysicsParams", "make_expert", "env_id", "TASK_ENVS", "__version__"]
+__all__ = ["PhysicsParams", "make_expert", "env_id", "parse_env_id", "TASK_ENVS", "__version__"]

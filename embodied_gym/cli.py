@@ -125,6 +125,7 @@ class _ResettingAgent:
 
 
 def _cmd_record(args) -> int:
+    from embodied_gym.data.reader import DatasetError
     from embodied_gym.data.recording import record
 
     env = _make_env(args.env, args.robot_config, obs_type="pixels_state", cameras=tuple(args.cameras),
@@ -133,7 +134,7 @@ def _cmd_record(args) -> int:
     try:
         summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
                          env_id=args.env, vcodec=args.vcodec)
-    except FileExistsError as e:
+    except (FileExistsError, DatasetError) as e:
         raise SystemExit(f"embodied-gym: {e}") from None
     finally:
         env.close()
@@ -143,10 +144,15 @@ def _cmd_record(args) -> int:
 
 
 def _cmd_replay(args) -> int:
-    from embodied_gym.data.replay import load_episodes, plot_replay, replay_episode
+    from embodied_gym.data.reader import DatasetError, open_dataset
+    from embodied_gym.data.replay import plot_replay, replay_episode
 
-    episodes = load_episodes(args.dataset, args.episodes)
-    task = args.task or _task_from_sidecar(args.dataset)
+    try:
+        ds = open_dataset(args.dataset)
+        episodes = ds.episodes(args.episodes)
+        task = args.task or ds.require_task()
+    except (FileNotFoundError, DatasetError) as e:
+        raise SystemExit(f"embodied-gym replay: {e}") from None
     results = [replay_episode(ep, task, physics=args.physics) for ep in episodes]
     rows = [r.summary() for r in results]
     mean = {k: float(sum(r[k] for r in rows) / len(rows)) for k in ("joint_rmse_rad", "translation_error_m",
@@ -203,16 +209,13 @@ def _cmd_calibrate(args) -> int:
 
 
 def _task_from_sidecar(root) -> str:
-    from embodied_gym.data.features import SIDECAR
+    """The task a dataset was recorded for (see :meth:`~embodied_gym.data.reader.RecordedDataset.require_task`)."""
+    from embodied_gym.data.reader import DatasetError, open_dataset
 
-    path = os.path.join(root, SIDECAR)
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                env_id = json.loads(line).get("env_id") or ""
-                if env_id.startswith("EmbodieDreamer-"):
-                    return env_id.split("-")[1]
-    raise SystemExit("embodied-gym: cannot tell the dataset's task; pass --task")
+    try:
+        return open_dataset(root).require_task()
+    except (FileNotFoundError, DatasetError) as e:
+        raise SystemExit(f"embodied-gym: {e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

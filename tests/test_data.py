@@ -1,14 +1,18 @@
-"""Recording to LeRobotDataset and open-loop replay."""
+"""Recording to LeRobotDataset, the dataset reader and writer, env ids, and open-loop replay."""
 
 import json
+import shutil
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 import embodied_gym
+from embodied_gym.data import features as F
+from embodied_gym.data.reader import DatasetError, load_episodes, open_dataset
 from embodied_gym.data.recording import record
-from embodied_gym.data.replay import load_episodes, replay_episode
+from embodied_gym.data.replay import replay_episode
+from embodied_gym.data.writer import EpisodeWriter
 from embodied_gym.metrics import quat_to_mat, rotation_error
 
 
@@ -49,8 +53,6 @@ def test_dataset_round_trip(sim_dataset):
 
 
 def test_resume_continues_and_refuses_to_overwrite(sim_dataset, tmp_path):
-    import shutil
-
     root = tmp_path / "copy"
     shutil.copytree(sim_dataset, root)
     env = _short_env(steps=10)
@@ -84,6 +86,181 @@ def test_record_works_on_a_real_id(tmp_path):
 def test_load_rejects_missing_dataset(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a LeRobotDataset"):
         load_episodes(tmp_path)
+
+
+def test_reader_describes_the_dataset_and_decodes_what_lerobot_decodes(sim_dataset):
+    from lerobot.datasets import LeRobotDataset
+
+    ds = open_dataset(sim_dataset)
+    assert ds.total_episodes == 2 and ds.fps == F.FPS and ds.cameras == ["cam_high"]
+    assert ds.task == "PickCup" and not ds.is_real and ds.image_size("cam_high") == (32, 40)
+    assert [r["episode_index"] for r in ds.rows()] == [0, 1] and ds.row(1)["seed"] == 1 and ds.row(7) == {}
+    frames = ds.frames("cam_high", 1)
+    assert frames.shape == (25, 32, 40, 3) and frames.dtype == np.uint8
+    ref = LeRobotDataset("embodied_gym/pickcup", root=sim_dataset, video_backend="pyav")
+    for t in (0, 13, 24):  # dataset rows 25.. are episode 1
+        expected = (ref[25 + t]["observation.images.cam_high"] * 255).round().byte().permute(1, 2, 0).numpy()
+        assert np.array_equal(frames[t], expected)
+    with pytest.raises(DatasetError, match="no video for camera 'cam_front'.*cam_high"):
+        ds.frames("cam_front", 0)
+
+
+def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path):
+    from embodied_gym.cli import main
+
+    root = tmp_path / "broken"
+    shutil.copytree(sim_dataset, root)
+    victim = sorted((root / "data").rglob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    rel = str(victim.relative_to(root))
+    with pytest.raises(DatasetError, match=f"dataset {root}: {rel} is damaged or truncated"):
+        load_episodes(root)
+    with pytest.raises(SystemExit, match=f"replay: dataset {root}: {rel} is damaged"):
+        main(["replay", "--dataset", str(root), "--out", str(tmp_path / "r")])
+    video_root = tmp_path / "broken_video"
+    shutil.copytree(sim_dataset, video_root)
+    video = sorted((video_root / "videos").rglob("*.mp4"))[-1]
+    video.write_bytes(video.read_bytes()[: video.stat().st_size // 3])
+    with pytest.raises(DatasetError, match=f"cannot decode episode 1 of camera 'cam_high' from "
+                                           f"{video.relative_to(video_root)}"):
+        open_dataset(video_root).frames("cam_high", 1)
+
+
+def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path):
+    from embodied_gym.cli import main
+
+    with pytest.raises(DatasetError, match=r"has episodes 0-1; episode\(s\) \[99\] out of range"):
+        load_episodes(sim_dataset, [99])
+    with pytest.raises(SystemExit, match=rf"dataset {sim_dataset} has episodes 0-1; episode\(s\) \[99\] out of range"):
+        main(["replay", "--dataset", str(sim_dataset), "--episodes", "99", "--out", str(tmp_path / "r")])
+    with pytest.raises(DatasetError, match="out of range"):
+        open_dataset(sim_dataset).frames("cam_high", 2)
+    with pytest.raises(SystemExit, match=r"has episodes 0-1; episode\(s\) \[99\] out of range"):
+        main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99", "--out", str(tmp_path / "a")])
+
+
+def test_a_damaged_sidecar_line_is_named(sim_dataset, tmp_path):
+    root = tmp_path / "side"
+    shutil.copytree(sim_dataset, root)
+    with open(root / F.SIDECAR, "a") as f:
+        f.write("{not json\n")
+    with pytest.raises(DatasetError, match="embodied_gym_episodes.jsonl line 3 is not valid JSON"):
+        open_dataset(root).rows()
+
+
+def test_writer_refuses_to_resume_with_other_settings(sim_dataset, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(sim_dataset, root)
+    with pytest.raises(DatasetError, match=r"observation.images.cam_high: \('video', \(32, 40, 3\)\) "
+                                           r"\(now \('video', \(48, 64, 3\)\)\)"):
+        EpisodeWriter(root, F.dataset_features(("cam_high",), (48, 64)), resume=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="not a LeRobotDataset"):
+        EpisodeWriter(tmp_path / "other", F.dataset_features((), (0, 0)))
+
+
+def test_an_interrupted_episode_is_dropped_and_resume_continues(tmp_path):
+    env = _short_env(steps=6)
+    expert, calls = embodied_gym.make_expert(env), []
+
+    def flaky(obs, info):  # dies in the middle of the second episode
+        calls.append(1)
+        if len(calls) == 9:
+            raise KeyboardInterrupt
+        return expert(obs, info)
+
+    with pytest.raises(KeyboardInterrupt):
+        record(env, flaky, tmp_path / "d", 3, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    ds = open_dataset(tmp_path / "d")
+    assert ds.total_episodes == 1 and [r["episode_index"] for r in ds.rows()] == [0]
+    assert len(ds.episodes()[0].action) == 6
+    summary = record(env, expert, tmp_path / "d", 2, resume=True, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    ds = open_dataset(tmp_path / "d")
+    assert summary.episodes == 3 and [e.seed for e in ds.episodes()] == [0, 1, 2]
+    assert [r["episode_index"] for r in ds.rows()] == [0, 1, 2] and ds.frames("cam_high", 2).shape[0] == 6
+
+
+def _record_like_v0_1(env, root, episodes, env_id):
+    """The writer loop of embodied-gym 0.1 (before data/writer.py), independent of today's code: the
+    same LeRobot calls (create, then resume per episode, finalised after each), the same sidecar rows
+    written whole (feature names left out, which LeRobot's own tools also allow)."""
+    from lerobot.configs.video import RGBEncoderConfig
+    from lerobot.datasets import LeRobotDataset
+
+    u = env.unwrapped
+    feats = {
+        "observation.state": {"dtype": "float32", "shape": (14,), "names": None},
+        "observation.velocity": {"dtype": "float32", "shape": (14,), "names": None},
+        "observation.ee_pose": {"dtype": "float32", "shape": (14,), "names": None},
+        "action": {"dtype": "float32", "shape": (14,), "names": None},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+        "next.success": {"dtype": "bool", "shape": (1,), "names": None},
+        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+        "observation.images.cam_high": {"dtype": "video", "shape": (32, 40, 3),
+                                        "names": ["height", "width", "channels"]},
+    }
+    enc = RGBEncoderConfig(vcodec="h264", extra_options={"x264-params": "log=-1"})
+    expert, rows = embodied_gym.make_expert(env), []
+    for index in range(episodes):
+        ds = (LeRobotDataset.create("embodied_gym/old", fps=50, features=feats, root=root, robot_type="aloha",
+                                    use_videos=True, video_backend="pyav", rgb_encoder=enc) if index == 0 else
+              LeRobotDataset.resume("embodied_gym/old", root=root, video_backend="pyav", rgb_encoder=enc))
+        obs, info = env.reset(seed=index)
+        done = False
+        while not done:
+            frame = {"observation.state": obs["joint_pos"].astype(np.float32),
+                     "observation.velocity": obs["joint_vel"].astype(np.float32),
+                     "observation.ee_pose": np.asarray(info["tcp_poses"], np.float32).reshape(14),
+                     "observation.images.cam_high": obs["cam_high"]}
+            obs, reward, terminated, truncated, info = env.step(expert(obs, info))
+            done = terminated or truncated
+            frame.update({"action": np.asarray(u.commanded_targets, np.float32),
+                          "next.reward": np.array([reward], np.float32), "next.success": np.array([False]),
+                          "next.done": np.array([done]), "task": u.task.description})
+            ds.add_frame(frame)
+        ds.save_episode()
+        ds.finalize()
+        rows.append({"episode_index": index, "seed": index, "success": False, "length": int(info["step"]),
+                     "env_id": env_id, "control_mode": "joint_pos", "layout": {}})
+        (root / "meta" / "embodied_gym_episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_dataset_written_by_the_previous_writer_loads_and_resumes(tmp_path):
+    root = tmp_path / "old"
+    env = _short_env("EmbodieDreamer-PickCup-Real-v0", steps=6, realtime=False)
+    _record_like_v0_1(env, root, 2, "EmbodieDreamer-PickCup-Real-v0")
+    ds = open_dataset(root)
+    assert ds.task == "PickCup" and ds.is_real and ds.total_episodes == 2
+    eps = ds.episodes()
+    assert [(e.index, e.seed, len(e.action)) for e in eps] == [(0, 0, 6), (1, 1, 6)]
+    assert ds.frames("cam_high", 1).shape == (6, 32, 40, 3)
+    summary = record(env, embodied_gym.make_expert(env), root, 1, resume=True, progress=False,
+                     env_id="EmbodieDreamer-PickCup-Real-v0")
+    env.close()
+    assert summary.episodes == 3 and [r["episode_index"] for r in open_dataset(root).rows()] == [0, 1, 2]
+    # without the sidecar (a dataset from LeRobot's own tools): episodes load, the task must be given
+    (root / F.SIDECAR).unlink()
+    bare = open_dataset(root)
+    assert bare.task is None and not bare.is_real and bare.episodes([2])[0].seed is None
+    with pytest.raises(DatasetError, match="cannot tell the task.*--task"):
+        bare.require_task()
+
+
+def test_parse_env_id_inverts_env_id():
+    from embodied_gym.envs.tasks import TASKS
+    from embodied_gym.registration import EnvId, parse_env_id
+
+    for task in TASKS:
+        for real in (False, True):
+            assert parse_env_id(embodied_gym.env_id(task, real)) == EnvId(task, real, 0)
+            assert str(parse_env_id(embodied_gym.env_id(task, real))) == embodied_gym.env_id(task, real)
+    for bad in ("EmbodieDreamer-PickCup", "CartPole-v1", "EmbodieDreamer-PickCup-Sim-v0", None):
+        with pytest.raises(ValueError, match="not an embodied-gym env id; expected EmbodieDreamer-<Task>-v0"):
+            parse_env_id(bad)
+    with pytest.raises(ValueError, match="unknown task 'Juggle'"):
+        parse_env_id("EmbodieDreamer-Juggle-v0")
 
 
 def _rot(axis, angle):

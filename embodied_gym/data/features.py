@@ -1,4 +1,10 @@
-"""The LeRobotDataset schema of embodied-gym recordings."""
+"""The LeRobotDataset schema of embodied-gym recordings: every feature key, the sidecar file, the frame rate.
+
+Code outside :mod:`embodied_gym.data` names a feature through these constants (or
+:func:`image_key` / :func:`camera_of`), never as a string literal. The keys are LeRobot's own
+(``observation.state``, ``action``, ``observation.images.<camera>``, as in its ALOHA datasets), so a
+policy's input and output features use the same names.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,35 @@ from embodied_gym.envs.robot import ARMS, JOINT_NAMES
 
 FPS = 50
 EE_POSE_NAMES = [f"{arm}_{c}" for arm in ARMS for c in ("x", "y", "z", "qw", "qx", "qy", "qz")]
-SIDECAR = "meta/embodied_gym_episodes.jsonl"  # per-episode seed, success, start layout
+SIDECAR = "meta/embodied_gym_episodes.jsonl"  # per-episode seed, success, start layout, env id
+INFO = "meta/info.json"  # LeRobot's dataset description; its presence makes a folder a dataset
+
+STATE = "observation.state"  # (14,) measured joint positions
+VELOCITY = "observation.velocity"  # (14,) measured joint velocities
+EE_POSE = "observation.ee_pose"  # (14,) both TCP poses, position + quaternion wxyz
+ACTION = "action"  # (14,) joint targets given to the controllers
+REWARD = "next.reward"
+SUCCESS = "next.success"
+DONE = "next.done"
+IMAGES = "observation.images"  # prefix of the camera features
+ACTION_IS_PAD = "action_is_pad"  # LeRobot's padding flag of action chunks past an episode's end
+TASK = "task"  # the frame's task description (LeRobot's key)
+# Columns LeRobot adds to every frame itself.
+AUTO_FEATURES = ("index", "timestamp", "frame_index", "episode_index", "task_index")
+# What replay and calibration read from every episode.
+TRAJECTORY = (STATE, VELOCITY, EE_POSE, ACTION)
+
+
+def image_key(camera: str) -> str:
+    """The feature key of ``camera``'s video, ``observation.images.<camera>``."""
+    return f"{IMAGES}.{camera}"
+
+
+def camera_of(key: str) -> str:
+    """The camera name of an image feature key (inverse of :func:`image_key`)."""
+    if not key.startswith(IMAGES + "."):
+        raise ValueError(f"{key!r} is not a camera feature (expected {IMAGES}.<camera>)")
+    return key[len(IMAGES) + 1:]
 
 
 def dataset_features(cameras, image_size) -> dict:
@@ -14,16 +48,15 @@ def dataset_features(cameras, image_size) -> dict:
     flags, and one video per camera."""
     names = list(JOINT_NAMES)
     feats = {
-        "observation.state": {"dtype": "float32", "shape": (14,), "names": names},
-        "observation.velocity": {"dtype": "float32", "shape": (14,), "names": names},
-        "observation.ee_pose": {"dtype": "float32", "shape": (14,), "names": EE_POSE_NAMES},
-        "action": {"dtype": "float32", "shape": (14,), "names": names},
-        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
-        "next.success": {"dtype": "bool", "shape": (1,), "names": None},
-        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+        STATE: {"dtype": "float32", "shape": (14,), "names": names},
+        VELOCITY: {"dtype": "float32", "shape": (14,), "names": names},
+        EE_POSE: {"dtype": "float32", "shape": (14,), "names": EE_POSE_NAMES},
+        ACTION: {"dtype": "float32", "shape": (14,), "names": names},
+        REWARD: {"dtype": "float32", "shape": (1,), "names": None},
+        SUCCESS: {"dtype": "bool", "shape": (1,), "names": None},
+        DONE: {"dtype": "bool", "shape": (1,), "names": None},
     }
     h, w = image_size
     for cam in cameras:
-        feats[f"observation.images.{cam}"] = {"dtype": "video", "shape": (h, w, 3),
-                                              "names": ["height", "width", "channels"]}
+        feats[image_key(cam)] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     return feats

@@ -3,24 +3,28 @@
 Each frame holds the observation at step t and the action taken there: ``action`` is the 14
 joint targets the controllers were given (whatever the env's control mode), the convention of
 LeRobot's ALOHA datasets. ``observation.ee_pose`` holds both TCP poses (position + quaternion
-wxyz), which calibration needs. Episodes are written one at a time and the dataset is finalised
-after each, so a crash loses at most the episode in progress; ``resume=True`` continues.
+wxyz), which calibration needs. Episodes go through :class:`~embodied_gym.data.writer.EpisodeWriter`:
+written one at a time and the dataset finalised after each, so a crash loses at most the episode in
+progress; ``resume=True`` continues. The sidecar row of an episode holds its reset seed, success,
+length, env id, control mode and start layout.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 
-from embodied_gym.data.features import FPS, SIDECAR, dataset_features
+from embodied_gym.data import features as F
+from embodied_gym.data.features import dataset_features
+from embodied_gym.data.writer import EpisodeWriter, video_encoder
 from embodied_gym.envs import robot as layout
+
+__all__ = ["RecordingSummary", "record", "video_encoder"]
 
 
 @dataclass
@@ -45,31 +49,8 @@ def _ee_pose(env, info, q) -> np.ndarray:
     return np.concatenate(out).astype(np.float32)
 
 
-def _read_sidecar(root: Path) -> list[dict]:
-    path = root / SIDECAR
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _write_sidecar(root: Path, rows: list[dict]) -> None:
-    path = root / SIDECAR
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
-
-
 def _jsonable(poses: dict) -> dict:
     return {k: [float(x) for x in v] for k, v in poses.items()}
-
-
-def video_encoder(vcodec: str = "h264"):
-    """LeRobot's RGB encoder config for ``vcodec``; libx264's statistics (a dozen log lines per
-    saved episode) are switched off."""
-    from lerobot.configs.video import RGBEncoderConfig
-
-    extra = {"x264-params": "log=-1"} if vcodec in ("h264", "libx264") else {}
-    return RGBEncoderConfig(vcodec=vcodec, extra_options=extra)
 
 
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
@@ -83,48 +64,19 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
     LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files.
     """
-    from lerobot.datasets import LeRobotDataset
     from tqdm import tqdm
-
-    encoder = video_encoder(vcodec)
 
     u = env.unwrapped
     if getattr(u, "obs_type", None) not in ("state", "pixels_state"):
         raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
                          "or obs_type='state' (no video)")
-    root = Path(root)
-    repo_id = repo_id or f"embodied_gym/{root.name}"
     cameras = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
-    existing = root / "meta" / "info.json"
-    if existing.exists() and not resume:
-        raise FileExistsError(f"{root} already holds a dataset; pass resume=True (--resume) to add episodes, "
-                              f"or choose another output folder")
-    if root.exists() and not existing.exists():
-        if any(root.iterdir()):
-            raise FileExistsError(f"{root} exists and is not a LeRobotDataset; choose an empty or new folder")
-        root.rmdir()
-
-    rows = _read_sidecar(root) if existing.exists() else []
-    if existing.exists():
-        ds = LeRobotDataset.resume(repo_id, root=root, video_backend="pyav", rgb_encoder=encoder)
-        have = ds.meta.total_episodes
-        if ds.meta.fps != FPS or set(ds.meta.camera_keys) != {f"observation.images.{c}" for c in cameras}:
-            raise ValueError(f"{root} was recorded with other settings (fps {ds.meta.fps}, cameras "
-                             f"{ds.meta.camera_keys}); resume with the same cameras")
-        rows = rows[:have]  # an episode may have been saved without its sidecar row, never the reverse
-        ds.finalize()
-    else:
-        have = 0
-        ds = None
-    features = dataset_features(cameras, u.image_size)
+    writer = EpisodeWriter(root, dataset_features(cameras, u.image_size), repo_id=repo_id, vcodec=vcodec,
+                           resume=resume)
+    have = writer.episodes
     results = []
     bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=not progress)
     for index in bar:
-        if ds is None or ds._is_finalized:
-            ds = (LeRobotDataset.create(repo_id, fps=FPS, features=features, root=root, robot_type="aloha",
-                                        use_videos=True, video_backend="pyav", rgb_encoder=encoder)
-                  if not (root / "meta" / "info.json").exists()
-                  else LeRobotDataset.resume(repo_id, root=root, video_backend="pyav", rgb_encoder=encoder))
         ep_seed = seed + index
         obs, info = env.reset(seed=ep_seed)
         layout_at_start = _jsonable(info.get("object_poses", {}))
@@ -134,31 +86,25 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
             while not done:
                 action = policy(obs, info)
                 q = np.asarray(obs["joint_pos"], dtype=np.float32)
-                frame = {"observation.state": q,
-                         "observation.velocity": np.asarray(obs["joint_vel"], dtype=np.float32),
-                         "observation.ee_pose": _ee_pose(u, info, q.astype(np.float64))}
-                frame.update({f"observation.images.{cam}": obs[cam] for cam in cameras})
+                frame = {F.STATE: q, F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
+                         F.EE_POSE: _ee_pose(u, info, q.astype(np.float64))}
+                frame.update({F.image_key(cam): obs[cam] for cam in cameras})
                 obs, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
                 success = bool(info.get("is_success"))
                 frame.update({
-                    "action": np.asarray(u.commanded_targets, dtype=np.float32),
-                    "next.reward": np.array([reward], dtype=np.float32),
-                    "next.success": np.array([success]),
-                    "next.done": np.array([done]),
-                    "task": u.task.description,
+                    F.ACTION: np.asarray(u.commanded_targets, dtype=np.float32),
+                    F.REWARD: np.array([reward], dtype=np.float32),
+                    F.SUCCESS: np.array([success]),
+                    F.DONE: np.array([done]),
+                    F.TASK: u.task.description,
                 })
-                ds.add_frame(frame)
+                writer.add_frame(frame)
         except BaseException:
-            if ds.has_pending_frames():
-                ds.clear_episode_buffer()
-            ds.finalize()
+            writer.discard_episode()
             raise
-        ds.save_episode()
-        ds.finalize()
-        rows.append({"episode_index": index, "seed": ep_seed, "success": success, "length": int(info["step"]),
-                     "env_id": env_id, "control_mode": u.control_mode, "layout": layout_at_start})
-        _write_sidecar(root, rows)
+        writer.save_episode({"seed": ep_seed, "success": success, "length": int(info["step"]), "env_id": env_id,
+                             "control_mode": u.control_mode, "layout": layout_at_start})
         results.append(success)
         bar.set_postfix(success=f"{np.mean(results):.0%}")
-    return RecordingSummary(str(root), have + episodes, episodes, float(np.mean(results)) if results else 0.0)
+    return RecordingSummary(str(writer.root), have + episodes, episodes, float(np.mean(results)) if results else 0.0)

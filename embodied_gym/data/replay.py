@@ -9,81 +9,16 @@ arcsin(‖R_sim − R_real‖_F / (2√2)) (rad), per step and averaged.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
-from embodied_gym.data.features import SIDECAR
+from embodied_gym.data.reader import Episode, dataset_repo_id, load_episodes  # noqa: F401 (older imports)
 from embodied_gym.envs import robot as layout
 from embodied_gym.envs.tasks import layout_from_poses
 from embodied_gym.metrics import ee_errors
-
-_REQUIRED = ("observation.state", "observation.velocity", "observation.ee_pose", "action")
-
-
-@dataclass
-class Episode:
-    """One recorded episode's arrays (T frames)."""
-
-    index: int
-    state: np.ndarray  # (T, 14)
-    velocity: np.ndarray  # (T, 14)
-    ee_pose: np.ndarray  # (T, 14)
-    action: np.ndarray  # (T, 14)
-    task: str
-    seed: int | None = None
-    layout: dict = field(default_factory=dict)
-
-
-def dataset_repo_id(root: str | os.PathLike) -> str:
-    return f"embodied_gym/{Path(root).name}"
-
-
-def load_episodes(root: str | os.PathLike, episodes: list[int] | None = None) -> list[Episode]:
-    """Read episodes (all by default) without decoding any video."""
-    from lerobot.datasets import LeRobotDataset
-
-    root = Path(root)
-    if not (root / "meta" / "info.json").exists():
-        raise FileNotFoundError(f"{root} is not a LeRobotDataset (no meta/info.json)")
-    ds = LeRobotDataset(dataset_repo_id(root), root=root, episodes=episodes, video_backend="pyav")
-    missing = [k for k in _REQUIRED if k not in ds.meta.features]
-    if missing:
-        raise ValueError(f"dataset {root} lacks the feature(s) {missing} that replay and calibration need; "
-                         f"record it with `embodied-gym record`")
-    hf = ds.hf_dataset
-    ep_index = np.asarray(hf["episode_index"])
-    cols = {k: np.stack(hf[k]).astype(np.float64) for k in _REQUIRED}
-    tasks = ds.meta.tasks.index.tolist() if hasattr(ds.meta.tasks, "index") else []
-    task_index = np.asarray(hf["task_index"])
-    sidecar = {}
-    if (root / SIDECAR).exists():
-        for line in (root / SIDECAR).read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                sidecar[row["episode_index"]] = row
-    out = []
-    for e in (episodes if episodes is not None else sorted(np.unique(ep_index).tolist())):
-        sel = ep_index == e
-        n = int(sel.sum())
-        if n == 0:
-            raise ValueError(f"dataset {root} has no episode {e} (it has {ds.meta.total_episodes})")
-        if n < 2:
-            raise ValueError(f"episode {e} of {root} has {n} frame; replay needs at least 2")
-        arrays = {k: v[sel] for k, v in cols.items()}
-        for k, v in arrays.items():
-            if not np.isfinite(v).all():
-                raise ValueError(f"episode {e} of {root} has NaN/inf in '{k}'")
-        row = sidecar.get(e, {})
-        out.append(Episode(index=int(e), state=arrays["observation.state"], velocity=arrays["observation.velocity"],
-                           ee_pose=arrays["observation.ee_pose"], action=arrays["action"],
-                           task=tasks[int(task_index[sel][0])] if tasks else "", seed=row.get("seed"),
-                           layout=row.get("layout", {})))
-    return out
 
 
 @dataclass

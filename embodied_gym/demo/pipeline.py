@@ -44,7 +44,7 @@ def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image
     from embodied_gym.data.recording import record
 
     kwargs = dict(obs_type="pixels_state", cameras=(camera,), image_size=tuple(image_size))
-    if "-Real-" in env_id:
+    if embodied_gym.parse_env_id(env_id).real:
         kwargs["realtime"] = False
     if physics is not None:
         kwargs["physics"] = physics
@@ -107,10 +107,9 @@ def _first_frame(dataset: str, camera: str, png: Path) -> Path:
     """Frame 0 of episode 0 of ``dataset``'s ``camera``: the real reference image VisAligner starts from."""
     from PIL import Image
 
-    from embodied_gym.visaligner.paired import read_episode_frames
+    from embodied_gym.data.reader import open_dataset
 
-    frames = read_episode_frames(dataset, camera, [0])[0]
-    Image.fromarray(frames[0]).save(png)
+    Image.fromarray(open_dataset(dataset).frames(camera, 0)[0]).save(png)
     return png
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied_gym.atomic import write_json
-from embodied_gym.data.replay import Episode, load_episodes
+from embodied_gym.data.reader import Episode, load_episodes
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
 

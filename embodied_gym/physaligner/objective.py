@@ -12,7 +12,8 @@ import gymnasium as gym
 import numpy as np
 
 import embodied_gym
-from embodied_gym.data.replay import Episode, replay_episode
+from embodied_gym.data.reader import Episode
+from embodied_gym.data.replay import replay_episode
 from embodied_gym.metrics import quat_to_mat
 from embodied_gym.physaligner.space import ParameterSpace
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from embodied_gym.atomic import write_text
-from embodied_gym.data.replay import Episode, ReplayResult, replay_episode
+from embodied_gym.data.reader import Episode
+from embodied_gym.data.replay import ReplayResult, replay_episode
 from embodied_gym.envs import robot as layout
 
 

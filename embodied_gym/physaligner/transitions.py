@@ -22,7 +22,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from embodied_gym.data.replay import Episode
+from embodied_gym.data.reader import Episode
 from embodied_gym.envs.sim_core import SimCore
 from embodied_gym.envs.tasks import layout_from_poses, make_task
 from embodied_gym.physaligner.space import ParameterSpace

@@ -30,6 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied_gym.data import features as F
+from embodied_gym.data.reader import RecordedDataset, open_dataset
+
 POLICY_META = "embodied_gym_policy.json"  # cameras, image size, control mode: what an env must give the policy
 LAST = "last.json"
 
@@ -123,7 +126,7 @@ class TrainingFrames:
         return self.state.shape[0]
 
     def batch(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        b = {"observation.state": self.state[idx], "action": self.actions[idx], "action_is_pad": self.action_is_pad[idx]}
+        b = {F.STATE: self.state[idx], F.ACTION: self.actions[idx], F.ACTION_IS_PAD: self.action_is_pad[idx]}
         b.update({k: v[idx].float().div_(255.0) for k, v in self.images.items()})
         return b
 
@@ -138,21 +141,9 @@ def resize_images(frames: torch.Tensor, size: tuple[int, int] | None) -> torch.T
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
-def open_dataset(root: str | os.PathLike, episodes: list[int] | None = None):
-    from lerobot.datasets import LeRobotDataset
-
-    from embodied_gym.data.replay import dataset_repo_id
-
-    root = Path(root)
-    if not (root / "meta" / "info.json").exists():
-        raise FileNotFoundError(f"{root} is not a LeRobotDataset (no meta/info.json); record one with "
-                                f"`embodied-gym record --out {root} ...`")
-    return LeRobotDataset(dataset_repo_id(root), root=root, episodes=episodes, video_backend="pyav")
-
-
-def select_cameras(ds, cameras) -> list[str]:
-    """Dataset image keys for ``cameras`` (names like ``cam_high``), all cameras by default."""
-    available = [k.removeprefix("observation.images.") for k in ds.meta.camera_keys]
+def select_cameras(ds: RecordedDataset, cameras) -> list[str]:
+    """Camera names of ``ds`` for ``cameras`` (names like ``cam_high``), all cameras by default."""
+    available = ds.cameras
     if not available:
         raise ValueError(f"dataset {ds.root} has no camera; ACT needs at least one (record with --cameras)")
     if not cameras:
@@ -163,23 +154,21 @@ def select_cameras(ds, cameras) -> list[str]:
     return list(cameras)
 
 
-def load_training_frames(ds, cameras: list[str], chunk_size: int, image_size: tuple[int, int] | None,
-                         progress: bool = True) -> TrainingFrames:
-    """Decode the dataset once: images (resized), state, action chunks with LeRobot's padding rule
-    (indices past the episode's end repeat its last action and are flagged ``action_is_pad``)."""
-    from lerobot.datasets.video_utils import decode_video_frames
+def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, cameras: list[str], chunk_size: int,
+                         image_size: tuple[int, int] | None, progress: bool = True) -> TrainingFrames:
+    """Decode ``episodes`` (all by default) of the dataset once: images (resized), state, action
+    chunks with LeRobot's padding rule (indices past the episode's end repeat its last action and
+    are flagged ``action_is_pad``)."""
     from tqdm import tqdm
 
-    hf = ds.hf_dataset
+    hf = ds.table(episodes)
     ep_index = np.asarray(hf["episode_index"])
-    state = torch.as_tensor(np.stack(hf["observation.state"]), dtype=torch.float32)
-    action = torch.as_tensor(np.stack(hf["action"]), dtype=torch.float32)
-    timestamps = np.asarray(hf["timestamp"], dtype=np.float64)
+    state = torch.as_tensor(np.stack(hf[F.STATE]), dtype=torch.float32)
+    action = torch.as_tensor(np.stack(hf[F.ACTION]), dtype=torch.float32)
     n = len(ep_index)
     chunks = torch.empty(n, chunk_size, action.shape[1])
     pad = torch.empty(n, chunk_size, dtype=torch.bool)
-    keys = [f"observation.images.{c}" for c in cameras]
-    images = {k: [] for k in keys}
+    images = {F.image_key(c): [] for c in cameras}
     order = []
     for ep in tqdm(list(dict.fromkeys(ep_index.tolist())), desc="decoding dataset", unit="ep", disable=not progress):
         rows = np.flatnonzero(ep_index == ep)
@@ -189,14 +178,12 @@ def load_training_frames(ds, cameras: list[str], chunk_size: int, image_size: tu
             k = j + offsets
             pad[r] = torch.as_tensor(k >= len(rows))
             chunks[r] = action[rows[np.minimum(k, len(rows) - 1)]]
-        meta = ds.meta.episodes[int(ep)]
-        for key in keys:
-            path = ds.root / ds.meta.get_video_file_path(int(ep), key)
-            start = meta[f"videos/{key}/from_timestamp"]
-            ts = [start + float(t) for t in timestamps[rows]]
-            frames = [decode_video_frames(path, ts[i:i + 64], ds.tolerance_s, "pyav", return_uint8=True)
-                      for i in range(0, len(ts), 64)]
-            images[key].append(resize_images(torch.cat(frames), image_size))
+        for cam in cameras:
+            frames = torch.from_numpy(ds.frames(cam, int(ep))).permute(0, 3, 1, 2)
+            if len(frames) != len(rows):
+                raise ValueError(f"dataset {ds.root}: episode {ep} has {len(rows)} frames but its {cam} video "
+                                 f"{len(frames)}")
+            images[F.image_key(cam)].append(resize_images(frames, image_size).contiguous())
     rows = np.concatenate(order)
     inverse = torch.as_tensor(np.argsort(rows))
     imgs = {k: torch.cat(v)[inverse] for k, v in images.items()}
@@ -204,7 +191,7 @@ def load_training_frames(ds, cameras: list[str], chunk_size: int, image_size: tu
 
 
 # ----------------------------------------------------------------------------- policy
-def make_act_policy(ds, cameras: list[str], preset: ACTPreset, temporal_ensemble_coeff: float | None,
+def make_act_policy(ds: RecordedDataset, cameras: list[str], preset: ACTPreset, temporal_ensemble_coeff: float | None,
                     device: str, backbone_weights: str | None = None):
     """LeRobot ``ACTPolicy`` + its processors for ``cameras`` and ``observation.state`` -> ``action``."""
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -212,11 +199,11 @@ def make_act_policy(ds, cameras: list[str], preset: ACTPreset, temporal_ensemble
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
 
-    h, w = preset.image_size or tuple(ds.meta.features[f"observation.images.{cameras[0]}"]["shape"][:2])
-    inputs = {"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(14,))}
-    inputs.update({f"observation.images.{c}": PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w)) for c in cameras})
+    h, w = preset.image_size or ds.image_size(cameras[0])
+    inputs = {F.STATE: PolicyFeature(type=FeatureType.STATE, shape=(14,))}
+    inputs.update({F.image_key(c): PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w)) for c in cameras})
     cfg = ACTConfig(
-        input_features=inputs, output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(14,))},
+        input_features=inputs, output_features={F.ACTION: PolicyFeature(type=FeatureType.ACTION, shape=(14,))},
         chunk_size=preset.chunk_size, n_action_steps=preset.n_action_steps, dim_model=preset.dim_model,
         n_heads=preset.n_heads, dim_feedforward=preset.dim_feedforward, n_encoder_layers=preset.n_encoder_layers,
         n_decoder_layers=preset.n_decoder_layers, latent_dim=preset.latent_dim,
@@ -340,15 +327,16 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     if last is not None and not cfg.resume:
         raise FileExistsError(f"{out} already holds ACT checkpoints; pass --resume to continue training, or choose "
                               f"another --out")
-    ds = open_dataset(cfg.dataset, cfg.episodes)
+    ds = open_dataset(cfg.dataset)
+    episodes = ds.check_episodes(cfg.episodes) if cfg.episodes is not None else None
     cameras = select_cameras(ds, cfg.cameras)
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     t0 = time.time()
-    frames = load_training_frames(ds, cameras, preset.chunk_size, preset.image_size, cfg.progress)
+    frames = load_training_frames(ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress)
     decode_time = time.time() - t0
-    task = _dataset_task(cfg.dataset)
-    recorded = list(ds.meta.features[f"observation.images.{cameras[0]}"]["shape"][:2])
+    task = ds.task
+    recorded = list(ds.image_size(cameras[0]))
     meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": list(frames.images[next(iter(frames.images))].shape[-2:]),
             "control_mode": "joint_pos", "dataset": str(cfg.dataset), "task": task, "preset": cfg.preset,
             "settings": asdict(preset), "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff}
@@ -406,18 +394,6 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     train_time = time.time() - t_train
     plot_training_log(log_path, out / "loss.png")
     return TrainResult(str(out), str(ckpt / "pretrained_model"), step, loss_value, train_time, decode_time)
-
-
-def _dataset_task(root) -> str | None:
-    from embodied_gym.data.features import SIDECAR
-
-    path = Path(root) / SIDECAR
-    if path.exists():
-        for line in path.read_text().splitlines():
-            env_id = (json.loads(line).get("env_id") or "") if line.strip() else ""
-            if env_id.startswith("EmbodieDreamer-"):
-                return env_id.split("-")[1]
-    return None
 
 
 def plot_training_log(log_path: Path, png: Path) -> None:

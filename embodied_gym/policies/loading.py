@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, resize_images, resolve_pretrained_dir
 
 
@@ -113,7 +114,7 @@ class ACTAgent:
             self.policy.config, pretrained_path=str(self.path),
             preprocessor_overrides={"device_processor": {"device": device}})
         image_keys = list(self.policy.config.image_features)
-        self.cameras = tuple(k.removeprefix("observation.images.") for k in image_keys)
+        self.cameras = tuple(F.camera_of(k) for k in image_keys)
         self.image_size = tuple(self.policy.config.image_features[image_keys[0]].shape[-2:]) if image_keys else None
         # Render at the size the training frames were recorded at, so resizing matches training.
         recorded = (self.meta or {}).get("recorded_image_size")
@@ -126,13 +127,13 @@ class ACTAgent:
 
     def observation_batch(self, obs: dict) -> dict[str, torch.Tensor]:
         """Env observation -> LeRobot batch (before the preprocessor): state and resized float images."""
-        batch = {"observation.state": torch.as_tensor(np.asarray(obs["joint_pos"], np.float32))[None]}
+        batch = {F.STATE: torch.as_tensor(np.asarray(obs["joint_pos"], np.float32))[None]}
         for cam in self.cameras:
             if cam not in obs:
                 raise KeyError(f"the policy needs camera {cam!r} but the observation has {sorted(obs)}; make the env "
                                f"with cameras={self.cameras} and obs_type='pixels_state'")
             img = torch.as_tensor(np.ascontiguousarray(obs[cam])).permute(2, 0, 1)[None]
-            batch[f"observation.images.{cam}"] = resize_images(img, self.image_size).float().div_(255.0)
+            batch[F.image_key(cam)] = resize_images(img, self.image_size).float().div_(255.0)
         return batch
 
     @torch.no_grad()
@@ -718,7 +719,7 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
     if env_id not in gym.registry:
         ids = sorted(k for k in gym.registry if k.startswith("EmbodieDreamer-"))
         raise ValueError(f"unknown env id {env_id!r}; valid: {ids}")
-    real = "-Real-" in env_id
+    real = embodied_gym.parse_env_id(env_id).real
     kw = agent.requirements.env_kwargs()
     if extra_cameras:
         cams = tuple(dict.fromkeys(tuple(kw.get("cameras", ())) + tuple(extra_cameras)))

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, latest_checkpoint, save_checkpoint
 from embodied_gym.policies.scoring import target_distance, trajectory_score
 
@@ -132,11 +133,11 @@ class ACTLikelihood:
 
     def chunk_predictions(self, states, images: dict, actions):
         """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows."""
-        batch = {"observation.state": states, "action": actions}
+        batch = {F.STATE: states, F.ACTION: actions}
         batch.update({k: v.float() / 255.0 for k, v in images.items()})
         batch = self.pre(batch)
-        actions_norm = batch.pop("action")
-        batch["observation.images"] = [batch[k] for k in self.policy.config.image_features]
+        actions_norm = batch.pop(F.ACTION)
+        batch[F.IMAGES] = [batch[k] for k in self.policy.config.image_features]
         predicted = self.policy.model(batch)[0]  # inference path: no "action" key -> latent 0
         k = actions_norm.shape[1]
         return actions_norm, predicted[:, :k]
@@ -160,13 +161,13 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
     std = _action_std(agent)
     obs, info = env.reset(seed=seed)
     start_info = info
-    states, images, chunks, masks = [], {f"observation.images.{c}": [] for c in agent.cameras}, [], []
+    states, images, chunks, masks = [], {F.image_key(c): [] for c in agent.cameras}, [], []
     ret, length, done = 0.0, 0, False
     while not done:
         raw = agent.observation_batch(obs)
         with torch.no_grad():
             pred = agent.post(policy.predict_action_chunk(agent.pre(raw)))[0, :k].cpu().numpy()
-        states.append(raw["observation.state"][0])
+        states.append(raw[F.STATE][0])
         for key in images:
             images[key].append((raw[key][0] * 255.0).round().to(torch.uint8))
         executed = np.zeros((k, 14), np.float32)
@@ -195,8 +196,8 @@ def _action_std(agent) -> np.ndarray:
     """The dataset's action std (the normaliser's), to turn normalised noise into joint units."""
     for step in agent.post.steps:
         stats = getattr(step, "stats", None)
-        if stats and "action" in stats and "std" in stats["action"]:
-            return np.asarray(torch.as_tensor(stats["action"]["std"]).cpu(), dtype=np.float32)
+        if stats and F.ACTION in stats and "std" in stats[F.ACTION]:
+            return np.asarray(torch.as_tensor(stats[F.ACTION]["std"]).cpu(), dtype=np.float32)
     raise RuntimeError("the policy's postprocessor has no action std; TPO needs a MEAN_STD-normalised ACT")
 
 
@@ -207,14 +208,16 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
 
     from lerobot.optim.optimizers import load_optimizer_state
 
+    import embodied_gym
     from embodied_gym.policies.evaluate import evaluate
     from embodied_gym.policies.loading import ACTAgent, make_env_for
 
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    if "-Real-" in cfg.env_id:
+    env_id = embodied_gym.parse_env_id(cfg.env_id)
+    if env_id.real:
         raise ValueError("TPO rolls out in the simulator (it scores trajectories from sim state); use a sim id, e.g. "
-                         + cfg.env_id.replace("-Real", ""))
+                         + embodied_gym.env_id(env_id.task))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "tpo_log.jsonl"
@@ -229,7 +232,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     for p in reference.parameters():
         p.requires_grad_(False)
     policy = agent.policy
-    task = cfg.env_id.split("-")[1]
+    task = env_id.task
     extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
     env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner,
                        visaligner_steps=cfg.visaligner_steps, **extra)

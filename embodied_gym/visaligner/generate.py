@@ -12,10 +12,11 @@ Two steps, both resumable:
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 
 
 @dataclass
@@ -59,7 +60,7 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         try:
             # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
             record(env, embodied_gym.make_expert(env), sim_root, cfg.episodes - done, seed=cfg.seed, env_id=env_id,
-                   resume=(sim_root / "meta" / "info.json").exists(), progress=progress)
+                   resume=is_dataset(sim_root), progress=progress)
         finally:
             env.close()
     rendered = _episodes(aligned_root)
@@ -68,18 +69,15 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=cfg.reference,
                                 physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
                                 frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
-                                resume=(aligned_root / "meta" / "info.json").exists(), progress=progress)
+                                resume=is_dataset(aligned_root), progress=progress)
     return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(cfg.reference),
             "sim_expert_success": _success_rate(sim_root), "render": render}
 
 
 def _episodes(root: Path) -> int:
-    info = root / "meta" / "info.json"
-    return json.loads(info.read_text())["total_episodes"] if info.exists() else 0
+    return int(read_info(root).get("total_episodes", 0)) if is_dataset(root) else 0
 
 
 def _success_rate(root: Path) -> float:
-    from embodied_gym.data.features import SIDECAR
-
-    rows = [json.loads(x) for x in (root / SIDECAR).read_text().splitlines() if x.strip()]
+    rows = read_sidecar(root)
     return sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)

@@ -18,12 +18,10 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from embodied_gym.data.features import SIDECAR
-from embodied_gym.data.replay import Episode, dataset_repo_id, load_episodes
+from embodied_gym.data.reader import Episode, open_dataset
 from embodied_gym.visaligner.conditioning import make_object_masker, object_mask_from_segmentation
 
 log = logging.getLogger(__name__)
@@ -45,47 +43,16 @@ class PairedEpisode:
 
 
 def dataset_task(root: str | os.PathLike) -> str:
-    """The task name of a recording, from its sidecar's env id."""
-    path = Path(root) / SIDECAR
-    if path.exists():
-        for line in filter(str.strip, path.read_text().splitlines()):
-            env_id = json.loads(line).get("env_id") or ""
-            if env_id.startswith("EmbodieDreamer-"):
-                return env_id.split("-")[1]
-    raise ValueError(f"cannot tell the task of {root} (no env_id in {SIDECAR}); pass task=... / --task")
+    """The task name of a recording (from its sidecar's env id; see
+    :meth:`~embodied_gym.data.reader.RecordedDataset.require_task`)."""
+    return open_dataset(root).require_task()
 
 
 def read_episode_frames(root: str | os.PathLike, camera: str,
                         episodes: list[int] | None = None) -> dict[int, np.ndarray]:
-    """Decode a camera's frames of each episode as ``(T, H, W, 3)`` uint8 (PyAV, no torchcodec)."""
-    import av
-    from lerobot.datasets import LeRobotDataset
-
-    root = Path(root)
-    ds = LeRobotDataset(dataset_repo_id(root), root=root, episodes=episodes, video_backend="pyav")
-    key = f"observation.images.{camera}"
-    if key not in ds.meta.video_keys:
-        raise ValueError(f"dataset {root} has no video for camera {camera!r}; it has "
-                         f"{[k.removeprefix('observation.images.') for k in ds.meta.video_keys]}. Record one with "
-                         f"`embodied-gym record ... --cameras {camera}`")
-    fps = ds.meta.fps
-    out: dict[int, np.ndarray] = {}
-    cache: dict[str, list[tuple[float, np.ndarray]]] = {}
-    for e in episodes if episodes is not None else range(ds.meta.total_episodes):
-        meta = ds.meta.episodes[int(e)]
-        path = str(root / ds.meta.get_video_file_path(int(e), key))
-        if path not in cache:
-            with av.open(path) as container:
-                stream = container.streams.video[0]
-                cache = {path: [(float(f.pts * stream.time_base), f.to_ndarray(format="rgb24"))
-                                for f in container.decode(stream)]}
-        start = float(meta[f"videos/{key}/from_timestamp"])
-        n = int(meta["length"])
-        frames = [img for ts, img in cache[path] if start - 0.5 / fps <= ts < start + (n - 0.5) / fps]
-        if len(frames) != n:
-            raise ValueError(f"episode {e} of {root}: decoded {len(frames)} frames from {path}, expected {n}")
-        out[int(e)] = np.stack(frames)
-    return out
+    """A camera's frames of each episode as ``(T, H, W, 3)`` uint8 (see
+    :meth:`~embodied_gym.data.reader.RecordedDataset.frames_of`)."""
+    return open_dataset(root).frames_of(camera, episodes)
 
 
 class SimCameraRenderer:
@@ -150,9 +117,11 @@ def build_paired_episodes(root: str | os.PathLike, camera: str = "cam_high", *, 
 
     import embodied_gym
 
-    task = task or dataset_task(root)
-    recorded = load_episodes(root, episodes)
-    frames = read_episode_frames(root, camera, [e.index for e in recorded])
+    ds = open_dataset(root)
+    task = task or ds.require_task()
+    ds.camera_key(camera)  # before the replay: a missing camera fails now
+    recorded = ds.episodes(episodes)
+    frames = ds.frames_of(camera, [e.index for e in recorded])
     masker = make_object_masker(sam_checkpoint)
     env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=physics, terminate_on_success=False)
     out = []

@@ -24,6 +24,8 @@ import numpy as np
 from lerobot.configs.types import FeatureType, PolicyFeature
 from lerobot.envs.configs import EnvConfig
 
+from embodied_gym.data import features as F
+
 
 class LeRobotObservationWrapper(gym.ObservationWrapper):
     """Regroups our flat observation into LeRobot's env convention (``pixels`` dict + ``agent_pos``).
@@ -68,11 +70,11 @@ class EmbodiedGymEnvConfig(EnvConfig):
     def __post_init__(self):
         self.features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(14,)),
                          "agent_pos": PolicyFeature(type=FeatureType.STATE, shape=(14,))}
-        self.features_map = {"action": "action", "agent_pos": "observation.state"}
+        self.features_map = {"action": F.ACTION, "agent_pos": F.STATE}
         for cam in self.cameras:
             self.features[f"pixels/{cam}"] = PolicyFeature(type=FeatureType.VISUAL,
                                                            shape=(self.image_height, self.image_width, 3))
-            self.features_map[f"pixels/{cam}"] = f"observation.images.{cam}"
+            self.features_map[f"pixels/{cam}"] = F.image_key(cam)
 
     @property
     def package_name(self) -> str:
