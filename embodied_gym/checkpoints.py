@@ -88,4 +88,16 @@ class CheckpointStore:
         return Checkpoint(path, counter, self.unit)
 
 
-__all__ = ["Checkpoint", "CheckpointStore", "LAST"]
+def latest(out: str | os.PathLike) -> Checkpoint | None:
+    """The latest checkpoint of any trainer's output folder ``out`` (whatever its unit), or None."""
+    last = Path(out) / "checkpoints" / LAST
+    if not last.exists():
+        return None
+    try:
+        unit = json.loads(last.read_text()).get("unit", "step")
+    except (ValueError, AttributeError):
+        unit = "step"  # CheckpointStore.latest names the problem
+    return CheckpointStore(out, unit if unit in ("step", "iteration") else "step").latest()
+
+
+__all__ = ["Checkpoint", "CheckpointStore", "LAST", "latest"]

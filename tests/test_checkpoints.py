@@ -47,3 +47,11 @@ def test_another_trainers_folder_is_refused(tmp_path):
     CheckpointStore(tmp_path, unit="step").save(5, lambda d: None)
     with pytest.raises(ValueError, match="counted in steps, not iterations"):
         CheckpointStore(tmp_path, unit="iteration").latest()
+
+
+def test_latest_reads_any_unit(tmp_path):
+    from embodied_gym.checkpoints import latest
+
+    CheckpointStore(tmp_path / "tpo", unit="iteration").save(2, lambda d: None)
+    assert latest(tmp_path / "tpo").counter == 2 and latest(tmp_path / "tpo").unit == "iteration"
+    assert latest(tmp_path / "none") is None

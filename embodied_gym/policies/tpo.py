@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,8 +48,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from embodied_gym import atomic
+from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.data import features as F
-from embodied_gym.policies.act import POLICY_META, latest_checkpoint, save_checkpoint
+from embodied_gym.policies.act import POLICY_META, save_checkpoint
 from embodied_gym.policies.scoring import target_distance, trajectory_score
 
 
@@ -222,8 +223,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "tpo_log.jsonl"
     log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
-    last = latest_checkpoint(out)
-    start_iter = json.loads((last / "training_state" / "training_step.json").read_text())["step"] if last else 0
+    store = CheckpointStore(out, unit="iteration")
+    latest = store.latest()
+    last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
     log = [row for row in log if row["iteration"] <= start_iter]
 
     agent = ACTAgent(last if last else cfg.policy)
@@ -298,11 +300,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                 policy.eval()
                 r = evaluate(agent, env, cfg.eval_episodes, seed=10_000, env_id=cfg.env_id, progress=cfg.progress)
                 row.update(eval_success_rate=r.success_rate, eval_ci95=list(r.ci95))
-            save_checkpoint(out, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
+            save_checkpoint(store, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
             log.append(row)
-            tmp = log_path.with_name(log_path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r_) + "\n" for r_ in log))
-            os.replace(tmp, log_path)
+            atomic.write_text(log_path, "".join(json.dumps(r_) + "\n" for r_ in log))
             plot_tpo_log(log, out / "tpo.png")
     finally:
         env.close()
@@ -334,5 +334,6 @@ def plot_tpo_log(log: list[dict], png: Path) -> None:
     a2.legend()
     a2.set_title("success")
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
+    with atomic.atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)

@@ -1,0 +1,107 @@
+"""ACT's settings: the model and optimiser presets and one training run's config.
+
+:class:`ACTPreset` holds LeRobot ``ACTConfig``'s model and optimiser settings; :data:`PRESETS` names
+the two we ship. :class:`ACTTrainConfig` is one training run: it is also the ``embodied-gym train act``
+command line and its ``--config`` YAML (:mod:`embodied_gym.configs`), and the demo nests it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from embodied_gym.configs import setting
+
+
+@dataclass
+class ACTPreset:
+    """ACT's model and optimiser settings (LeRobot ``ACTConfig`` names)."""
+
+    chunk_size: int
+    n_action_steps: int
+    dim_model: int
+    n_heads: int
+    dim_feedforward: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+    latent_dim: int
+    n_vae_encoder_layers: int
+    kl_weight: float
+    lr: float
+    batch_size: int
+    steps: int
+    image_size: tuple[int, int] | None  # (H, W) images are resized to; None = as recorded
+    vision_backbone: str = "resnet18"
+
+
+PRESETS: dict[str, ACTPreset] = {
+    # Sized for a shared 2-core CPU: ~0.3 s per step with one 72x96 camera (ResNet-18 dominates).
+    "cpu": ACTPreset(chunk_size=20, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512,
+                     n_encoder_layers=2, n_decoder_layers=1, latent_dim=16, n_vae_encoder_layers=2, kl_weight=10.0,
+                     lr=1e-4, batch_size=8, steps=2000, image_size=(72, 96)),
+    # ACT's ALOHA sizes (Zhao et al., arXiv 2304.13705: dim 512, 4 encoder / 7 decoder layers, KL weight
+    # 10, batch 8, ResNet-18) with the robot vendor's defaults the paper trains with (chunk 32, lr 4e-5).
+    "paper": ACTPreset(chunk_size=32, n_action_steps=32, dim_model=512, n_heads=8, dim_feedforward=3200,
+                       n_encoder_layers=4, n_decoder_layers=7, latent_dim=32, n_vae_encoder_layers=4, kl_weight=10.0,
+                       lr=4e-5, batch_size=8, steps=100_000, image_size=None),
+}
+
+
+@dataclass
+class ACTTrainConfig:
+    """One ACT training run. ``None`` fields take the preset's value."""
+
+    dataset: str = setting(help="LeRobotDataset folder (from `embodied-gym record` or `generate`)")
+    out: str = setting(help="output folder: checkpoints/, train_log.jsonl, loss.png")
+    preset: str = setting("cpu", choices=tuple(PRESETS),
+                          help="cpu: small ACT, 72x96 images, 2000 steps; paper: ACT's ALOHA sizes (default cpu)")
+    cameras: tuple[str, ...] | None = setting(None, help="cameras to use (default: all in the dataset)")
+    steps: int | None = setting(None, help="optimisation steps (default: the preset's)")
+    batch_size: int | None = setting(None, help="samples per step (default: the preset's)")
+    lr: float | None = setting(None, help="learning rate (default: the preset's)")
+    chunk_size: int | None = setting(None, help="actions predicted per query (default: the preset's)")
+    n_action_steps: int | None = setting(None, help="actions run per predicted chunk (default: the preset's)")
+    image_size: tuple[int, int] | None = setting(None, metavar=("H", "W"),
+                                                 help="resize images to (default: the preset's)")
+    temporal_ensemble_coeff: float | None = setting(None, flag="--temporal-ensemble", metavar="COEFF",
+                                                    help="ACT temporal ensembling coefficient (0.01 in ACT); "
+                                                         "sets n_action_steps to 1")
+    backbone_weights: str | None = setting(None, help="local ResNet weights file (.safetensors/.pth); "
+                                                      "default: random init, never downloaded")
+    episodes: list[int] | None = setting(None, help="dataset episodes to train on (default: all)")
+    save_every: int = setting(500, help="steps between checkpoints")
+    log_every: int = setting(50, help="steps between rows of train_log.jsonl")
+    seed: int = setting(0, help="seed of the initialisation and the sampler")
+    device: str = setting("cpu", help="torch device")
+    num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
+    resume: bool = setting(False, help="continue from the last checkpoint in --out")
+    progress: bool = setting(True, cli=False)
+    overrides: dict = setting(default_factory=dict, help="other ACTPreset fields, e.g. dim_model=256 kl_weight=5")
+
+    def resolved_preset(self) -> ACTPreset:
+        """The preset with this run's overrides applied.
+
+        Raises:
+            ValueError: an unknown preset, or an override naming no ACTPreset field.
+        """
+        if self.preset not in PRESETS:
+            raise ValueError(f"unknown ACT preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+        unknown = sorted(set(self.overrides) - set(preset_field_names()))
+        if unknown:
+            raise ValueError(f"unknown ACT preset field(s) {unknown} in overrides; valid: {preset_field_names()}")
+        p = replace(PRESETS[self.preset], **self.overrides)
+        for name in ("steps", "batch_size", "lr", "chunk_size", "n_action_steps", "image_size"):
+            value = getattr(self, name)
+            if value is not None:
+                p = replace(p, **{name: tuple(value) if name == "image_size" else value})
+        if self.n_action_steps is None and p.n_action_steps > p.chunk_size:
+            p = replace(p, n_action_steps=p.chunk_size)
+        if self.temporal_ensemble_coeff is not None:
+            p = replace(p, n_action_steps=1)
+        return p
+
+
+def preset_field_names() -> list[str]:
+    return [f.name for f in fields(ACTPreset)]
+
+
+__all__ = ["ACTPreset", "PRESETS", "ACTTrainConfig", "preset_field_names"]

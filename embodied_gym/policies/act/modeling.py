@@ -1,0 +1,78 @@
+"""LeRobot's ``ACTPolicy`` and its processors, built for an embodied-gym dataset.
+
+The policy, its config, its pre/post processors and its normalisation are LeRobot 0.6.1's own
+(``ACTConfig``, ``make_pre_post_processors``), with the dataset's statistics floored
+(:func:`~embodied_gym.policies.act.data.normalisation_stats`); the backbone is initialised from a
+local weights file or randomly, never downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from embodied_gym.data import features as F
+from embodied_gym.data.reader import RecordedDataset
+from embodied_gym.policies.act.configuration import ACTPreset
+from embodied_gym.policies.act.data import normalisation_stats
+
+
+def make_act_policy(ds: RecordedDataset, cameras: list[str], preset: ACTPreset, temporal_ensemble_coeff: float | None,
+                    device: str, backbone_weights: str | None = None):
+    """LeRobot ``ACTPolicy`` + its processors for ``cameras`` and ``observation.state`` -> ``action``.
+
+    Returns:
+        ``(policy, preprocessor, postprocessor)``.
+    """
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies import make_pre_post_processors
+    from lerobot.policies.act.configuration_act import ACTConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    h, w = preset.image_size or ds.image_size(cameras[0])
+    inputs = {F.STATE: PolicyFeature(type=FeatureType.STATE, shape=(14,))}
+    inputs.update({F.image_key(c): PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w)) for c in cameras})
+    cfg = ACTConfig(
+        input_features=inputs, output_features={F.ACTION: PolicyFeature(type=FeatureType.ACTION, shape=(14,))},
+        chunk_size=preset.chunk_size, n_action_steps=preset.n_action_steps, dim_model=preset.dim_model,
+        n_heads=preset.n_heads, dim_feedforward=preset.dim_feedforward, n_encoder_layers=preset.n_encoder_layers,
+        n_decoder_layers=preset.n_decoder_layers, latent_dim=preset.latent_dim,
+        n_vae_encoder_layers=preset.n_vae_encoder_layers, kl_weight=preset.kl_weight, optimizer_lr=preset.lr,
+        optimizer_lr_backbone=preset.lr, vision_backbone=preset.vision_backbone,
+        pretrained_backbone_weights=None,  # torchvision would download them; a local file is loaded below
+        temporal_ensemble_coeff=temporal_ensemble_coeff, device=device, push_to_hub=False,
+    )
+    policy = ACTPolicy(cfg)
+    if backbone_weights:
+        load_backbone_weights(policy, backbone_weights)
+    policy.to(device)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=normalisation_stats(ds))
+    return policy, pre, post
+
+
+def load_backbone_weights(policy, path: str) -> None:
+    """Initialise ACT's ResNet from a local torchvision-style state dict (no download).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ValueError: the weights do not fit the policy's backbone.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"backbone weights {path} not found; give a local ResNet state-dict file "
+                                f"(.safetensors, or .pth loadable with weights_only=True)")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    result = policy.model.backbone.load_state_dict(state, strict=False)
+    if result.missing_keys:
+        raise ValueError(f"{path} does not fit ACT's {policy.config.vision_backbone} backbone; missing "
+                         f"{result.missing_keys[:5]}{'...' if len(result.missing_keys) > 5 else ''}")
+
+
+__all__ = ["make_act_policy", "load_backbone_weights"]
