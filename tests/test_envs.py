@@ -251,6 +251,15 @@ def test_physics_blow_up_truncates_without_nan(env):
     assert all(np.isfinite(v).all() for v in obs.values())
 
 
+def test_physics_blow_up_returns_a_fresh_observation(env):
+    first, *_ = env.step(robot.START_QPOS)
+    env.unwrapped.data.qvel[:] = 1e12
+    obs, *_, truncated, info = env.step(robot.START_QPOS)
+    assert truncated and "physics_error" in info
+    assert obs is not first
+    for k in obs:
+        assert np.array_equal(obs[k], first[k]) and not np.shares_memory(obs[k], first[k])
+
 def test_physics_file(tmp_path):
     from embodied_gym import PhysicsParams
 

@@ -187,7 +187,7 @@ class AlohaTaskEnv(gym.Env):
         if error is not None:
             info = {"is_success": False, "task": self.task.description, "physics_error": error,
                     "action_clipped": clipped, "step": self._elapsed}
-            return self._last_obs, 0.0, False, True, info
+            return {k: v.copy() for k, v in self._last_obs.items()}, 0.0, False, True, info
 
         status = self.task.evaluate(self.model, self.data, self.idx)
         obs = self._observation()
