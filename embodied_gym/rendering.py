@@ -66,7 +66,12 @@ def _after_fork_in_child() -> None:
         for attr in ("_gl_context", "_mjr_context"):
             if hasattr(r, attr):
                 setattr(r, attr, None)
+        r.render = _refuse_inherited_render  # an env copied from the parent keeps its renderer
     _LIVE_RENDERERS.clear()
+
+
+def _refuse_inherited_render(*args, **kwargs):
+    raise ForkedGLContextError(_FORK_HELP.format(gl=os.environ.get("MUJOCO_GL")))
 
 
 if hasattr(os, "register_at_fork"):

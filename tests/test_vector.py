@@ -27,6 +27,14 @@ def make_one():
     return gym.make(ID, **KW)
 
 
+def _render_inherited(env, q):
+    try:
+        env.render()
+        q.put("rendered")
+    except ForkedGLContextError as e:
+        q.put(str(e))
+
+
 def main(case):
     out = {}
     parent = gym.make(ID, render_mode="rgb_array", **KW)
@@ -46,6 +54,16 @@ def main(case):
         for p in procs:
             p.join(10)
         out["alive"] = [p.is_alive() for p in procs]
+        # The parent's own env, copied into a forked child, refuses too instead of hanging.
+        import multiprocessing as mp
+
+        q = mp.get_context("fork").SimpleQueue()
+        child = mp.get_context("fork").Process(target=_render_inherited, args=(parent, q))
+        child.start()
+        child.join(60)
+        out["inherited"] = q.get() if not q.empty() else "no answer (hung?)"
+        if child.is_alive():
+            child.kill()
     elif case == "spawn":
         v = gym.make_vec(ID, num_envs=2, vectorization_mode="async", vector_kwargs={"context": "spawn"}, **KW)
         obs, _ = v.reset(seed=0)
@@ -92,6 +110,7 @@ def test_forked_workers_after_render_fail_fast_naming_spawn(tmp_path):
     assert 'vector_kwargs={"context": "spawn"}' in out["error"]
     assert out["seconds"] < 60
     assert out["alive"] == [False, False], "workers outlived the failed vector env"
+    assert 'vector_kwargs={"context": "spawn"}' in out["inherited"]
 
 
 def test_spawned_async_workers_after_render_reset_and_step(tmp_path):
