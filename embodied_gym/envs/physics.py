@@ -73,8 +73,8 @@ def _number(where: str, v: Any) -> float:
 
 def _per_joint_values(name: str, v: Any) -> tuple[float, ...]:
     if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple, np.ndarray)):
-        raise ValueError(f"{name} must be a list of {len(ARM_JOINT_NAMES)} numbers (ordered {', '.join(ARM_JOINT_NAMES)}) "
-                         f"or a {{joint name: number}} mapping, got {_describe(v)}")
+        raise ValueError(f"{name} must be a list of {len(ARM_JOINT_NAMES)} numbers (ordered "
+                         f"{', '.join(ARM_JOINT_NAMES)}) or a {{joint name: number}} mapping, got {_describe(v)}")
     items = v.reshape(-1).tolist() if isinstance(v, np.ndarray) else v
     names = ARM_JOINT_NAMES if len(items) == len(ARM_JOINT_NAMES) else range(len(items))
     return tuple(_number(f"{name}[{j}]", x) for j, x in zip(names, items))
@@ -141,7 +141,8 @@ class PhysicsParams:
         given and the valid form.
         """
         if not isinstance(values, dict):
-            raise ValueError(f"physics parameters must be a mapping of parameter name to value, got {_describe(values)}")
+            raise ValueError("physics parameters must be a mapping of parameter name to value, "
+                             f"got {_describe(values)}")
         base = base or cls()
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known, key=str)

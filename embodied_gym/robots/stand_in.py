@@ -135,7 +135,8 @@ def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
     except OSError as e:
         raise ValueError(f"stand-in config {path} cannot be read: {e.strerror or e}") from None
     except Exception as e:  # json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError
-        raise ValueError(f"stand-in config {path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from None
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ValueError(f"stand-in config {path} is not valid {kind}: {e}") from None
     if not isinstance(settings, dict):
         raise ValueError(f"stand-in config {path} must hold a mapping")
     try:
