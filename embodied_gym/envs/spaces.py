@@ -44,10 +44,10 @@ def normalise_cameras(cameras) -> tuple[str, ...]:
     """A camera name or a sequence of them, as a tuple of known, distinct names."""
     if isinstance(cameras, str):
         cameras = (cameras,)
-    if not isinstance(cameras, (list, tuple)):
+    if not isinstance(cameras, (list, tuple, np.ndarray)):
         raise ValueError(f"cameras must be a camera name or a list of them (valid: {list(CAMERAS)}), "
                          f"got {cameras!r} ({type(cameras).__name__})")
-    cameras = tuple(cameras)
+    cameras = tuple(str(c) if isinstance(c, np.str_) else c for c in cameras)
     for c in cameras:
         check_choice("camera", c, CAMERAS)
     if len(set(cameras)) != len(cameras):
