@@ -3,6 +3,16 @@
 MuJoCo reads ``MUJOCO_GL`` when it is first imported, so :func:`select_gl_backend` runs in
 ``embodied_gym/__init__.py`` before anything imports ``mujoco``. A backend the user set
 explicitly is always respected.
+
+Renderers are made lazily, on the first frame a process asks for, so an env that never renders
+never touches OpenGL. An OpenGL context does not survive ``fork``: EGL and OSMesa drivers
+(Mesa's llvmpipe rasteriser threads, a GPU driver's state) exist only in the process that made
+them, and a forked child that renders waits on them forever. A process forked from one that
+already rendered (multiprocessing's ``fork`` start method, the default on Linux before Python
+3.14, which ``gym.make_vec(..., vectorization_mode="async")`` uses unless told otherwise)
+therefore gets :class:`ForkedGLContextError` on its first frame, saying what to pass instead
+(``vector_kwargs={"context": "spawn"}``); ``spawn`` and ``forkserver`` workers (SB3's
+``SubprocVecEnv`` default) start clean and render normally.
 """
 
 from __future__ import annotations
@@ -15,6 +25,57 @@ import weakref
 
 _LIVE_RENDERERS: "weakref.WeakSet" = weakref.WeakSet()
 _AT_EXIT: list[bool] = []
+_GL_USED: list[bool] = []  # this process made an OpenGL context
+_FORKED_AFTER_GL: list[bool] = []  # this process was forked from one that had
+_INHERITED: list = []  # the parent's GL objects, kept alive so no destructor calls the driver
+
+
+class ForkedGLContextError(RuntimeError):
+    """Rendering in a process forked after its parent made an OpenGL context (see module docstring)."""
+
+
+_FORK_HELP = (
+    "this process was forked from one that had already rendered with MuJoCo (MUJOCO_GL={gl}); an "
+    "OpenGL context does not survive fork, and rendering here would wait forever. Start worker "
+    "processes with 'spawn' or 'forkserver' instead: gym.make_vec(..., vectorization_mode=\"async\", "
+    "vector_kwargs={{\"context\": \"spawn\"}}), gym.vector.AsyncVectorEnv(env_fns, context=\"spawn\"), "
+    "SubprocVecEnv(env_fns, start_method=\"forkserver\") (its default), or "
+    "multiprocessing.get_context(\"spawn\"). Alternatively create the worker processes before the "
+    "first frame is rendered in this one."
+)
+
+
+def _parent_had_gl() -> bool:
+    if _GL_USED:
+        return True
+    egl = sys.modules.get("mujoco.egl")  # a renderer made by someone else (plain mujoco.Renderer)
+    return getattr(egl, "EGL_DISPLAY", None) is not None
+
+
+def _after_fork_in_child() -> None:
+    if not _parent_had_gl():
+        return
+    _FORKED_AFTER_GL.append(True)
+    # The parent's renderers were copied into this process; freeing them would call into the dead
+    # driver state, so detach their contexts and keep the objects alive without closing them.
+    for r in list(_LIVE_RENDERERS):
+        ctx = getattr(r, "_gl_context", None)
+        _INHERITED.append((ctx, getattr(r, "_mjr_context", None)))
+        if ctx is not None and hasattr(ctx, "_context"):
+            ctx._context = None
+        for attr in ("_gl_context", "_mjr_context"):
+            if hasattr(r, attr):
+                setattr(r, attr, None)
+        r.render = _refuse_inherited_render  # an env copied from the parent keeps its renderer
+    _LIVE_RENDERERS.clear()
+
+
+def _refuse_inherited_render(*args, **kwargs):
+    raise ForkedGLContextError(_FORK_HELP.format(gl=os.environ.get("MUJOCO_GL")))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _close_renderers() -> None:
@@ -50,10 +111,17 @@ _HELP = (
 
 
 def make_renderer(model, height: int, width: int):
-    """A ``mujoco.Renderer``, with an error that says what to install when no GL is available."""
+    """A ``mujoco.Renderer``, with an error that says what to install when no GL is available.
+
+    Raises :class:`ForkedGLContextError` at once, instead of hanging, in a process forked from one
+    that had already rendered.
+    """
     import mujoco
 
+    if _FORKED_AFTER_GL:
+        raise ForkedGLContextError(_FORK_HELP.format(gl=os.environ.get("MUJOCO_GL")))
     try:
+        _GL_USED.append(True)
         renderer = mujoco.Renderer(model, height, width)
         _LIVE_RENDERERS.add(renderer)
         if not _AT_EXIT:

@@ -200,6 +200,48 @@ def test_unknown_names_list_the_valid_ones(kwargs, match):
         gym.make("EmbodieDreamer-PickCup-v0", **kwargs)
 
 
+@pytest.mark.parametrize("kwargs,needles", [
+    (dict(cameras=None), ["cameras must be a camera name or a list", "None", "cam_high"]),
+    (dict(cameras=[None]), ["unknown camera None", "cam_high"]),
+    (dict(image_size=(48.5, 64)), ["image_size", "(48.5, 64)", "whole numbers"]),
+    (dict(image_size=(48, "64")), ["image_size", "'64'", "whole numbers"]),
+    (dict(image_size=48), ["image_size", "48", "(height, width)"]),
+    (dict(obs_type=None), ["obs_type None", "pixels_state"]),
+    (dict(physics=[1.0]), ["physics must be", "[1.0]"]),
+])
+def test_bad_env_kwargs_name_their_cause(kwargs, needles):
+    with pytest.raises((ValueError, TypeError)) as err:
+        gym.make("EmbodieDreamer-PickCup-v0", obs_type=kwargs.pop("obs_type", "state"), **kwargs)
+    for needle in needles:
+        assert needle in str(err.value), f"{needle!r} not in {str(err.value)!r}"
+
+
+def test_whole_float_image_size_still_accepted():
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels", image_size=(48.0, np.int64(64)))
+    assert env.unwrapped.image_size == (48, 64)
+    assert env.observation_space["cam_high"].shape == (48, 64, 3)
+    env.close()
+
+
+def test_physics_directory_kwarg_is_named(tmp_path):
+    with pytest.raises(ValueError, match=f"physics file {tmp_path} is a directory"):
+        gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=tmp_path)
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (robot.START_QPOS.astype(np.complex128), "complex"),
+    (list(robot.START_QPOS[:13]) + [1j], "complex"),
+    (np.zeros(14, dtype=bool), "boolean"),
+    (["0.1"] * 14, "string"),
+    ([0.0] * 13 + [None], "non-numeric"),
+])
+def test_non_real_action_raises_naming_the_kind(env, bad, needle):
+    before = env.unwrapped.data.qpos.copy()
+    with pytest.raises(ValueError, match=f"real-valued.*got {needle} values"):
+        env.step(bad)
+    assert np.array_equal(env.unwrapped.data.qpos, before)  # nothing was simulated
+
+
 def test_physics_blow_up_truncates_without_nan(env):
     u = env.unwrapped
     u.data.qvel[:] = 1e12  # force a divergence
@@ -208,6 +250,15 @@ def test_physics_blow_up_truncates_without_nan(env):
     assert "physics_error" in info
     assert all(np.isfinite(v).all() for v in obs.values())
 
+
+def test_physics_blow_up_returns_a_fresh_observation(env):
+    first, *_ = env.step(robot.START_QPOS)
+    env.unwrapped.data.qvel[:] = 1e12
+    obs, *_, truncated, info = env.step(robot.START_QPOS)
+    assert truncated and "physics_error" in info
+    assert obs is not first
+    for k in obs:
+        assert np.array_equal(obs[k], first[k]) and not np.shares_memory(obs[k], first[k])
 
 def test_physics_file(tmp_path):
     from embodied_gym import PhysicsParams

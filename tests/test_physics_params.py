@@ -46,3 +46,62 @@ def test_unknown_joint_is_named():
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.json"):
         PhysicsParams.load(tmp_path / "nope.json")
+
+
+# ---------------------------------------------------------------- bad physics files name their cause
+@pytest.mark.parametrize("content,needles", [
+    ({"pad_friction": None}, ["pad_friction", "null", "number"]),
+    ({"kp": 300}, ["kp", "300", "list of 12 numbers", "{joint name: number}"]),
+    ({"kp": {"right_elbow": {"x": 1}}}, ["kp[right_elbow]", '{"x": 1}', "number"]),
+    ({"pad_friction": "0.8"}, ["pad_friction", '"0.8"', "without quotes"]),
+    ({"object_friction": True}, ["object_friction", "true", "number"]),
+    ({"damping": [1.0] * 11 + ["a"]}, ["damping[right_wrist_rotate]", '"a"']),
+    ({"values": {"armature": "big"}}, ["armature", '"big"']),
+    ([0.5, 1.0], ["JSON object", "[0.5, 1.0]"]),
+])
+def test_wrong_types_in_a_physics_file_name_file_parameter_and_form(tmp_path, content, needles):
+    import json
+
+    path = tmp_path / "physics.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(ValueError) as err:
+        PhysicsParams.load(path)
+    msg = str(err.value)
+    assert str(path) in msg
+    for needle in needles:
+        assert needle in msg, f"{needle!r} not in {msg!r}"
+
+
+def test_physics_directory_is_named_with_its_json_files(tmp_path):
+    from embodied_gym.envs.physics import resolve_physics
+
+    (tmp_path / "calibrated.json").write_text("{}")
+    with pytest.raises(ValueError, match=rf"{tmp_path} is a directory.*calibrated\.json"):
+        resolve_physics(tmp_path)
+
+
+def test_binary_physics_file_is_named(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(ValueError, match="p.json"):
+        PhysicsParams.load(path)
+
+
+@pytest.mark.parametrize("physics,needles", [
+    ({"pad_friction": None}, ["physics (dict)", "pad_friction", "null"]),
+    (3.0, ["PhysicsParams, a dict or a path", "3.0 (float)"]),
+])
+def test_bad_physics_kwarg_names_its_cause(physics, needles):
+    from embodied_gym.envs.physics import resolve_physics
+
+    with pytest.raises((ValueError, TypeError)) as err:
+        resolve_physics(physics)
+    for needle in needles:
+        assert needle in str(err.value)
+
+
+def test_numpy_values_are_still_accepted():
+    import numpy as np
+
+    p = PhysicsParams.from_dict({"kp": np.full(12, 50.0), "pad_friction": np.float32(0.5), "gripper_kp": 1500})
+    assert p.kp == (50.0,) * 12 and p.pad_friction == 0.5 and p.gripper_kp == 1500.0

@@ -23,6 +23,9 @@ def video_encoder(vcodec: str = "h264"):
     saved episode) are switched off."""
     from lerobot.configs.video import RGBEncoderConfig
 
+    from embodied_gym.video import quiet_libav
+
+    quiet_libav()  # and libavcodec's banner line, printed once per episode after LeRobot restores FFmpeg's logger
     extra = {"x264-params": "log=-1"} if vcodec in ("h264", "libx264") else {}
     return RGBEncoderConfig(vcodec=vcodec, extra_options=extra)
 

@@ -143,7 +143,7 @@ class AlohaTaskEnv(AlohaEnv):
         if error is not None:
             info = {"is_success": False, "task": self.task.description, "physics_error": error,
                     "action_clipped": clipped, "step": self._elapsed}
-            return self._last_obs, 0.0, False, True, info
+            return {k: v.copy() for k, v in self._last_obs.items()}, 0.0, False, True, info
 
         status = sim.evaluate()
         obs = self._observation()

@@ -15,6 +15,7 @@ controllers track, for each control mode:
 from __future__ import annotations
 
 import math
+import numbers
 
 import mujoco
 import numpy as np
@@ -58,10 +59,24 @@ class JointTargetController:
 
     @staticmethod
     def validate(action) -> np.ndarray:
+        """``action`` as 14 finite float64 values; anything else raises ``ValueError`` saying why.
+
+        Only real numbers are accepted: complex values (whose imaginary part NumPy would drop),
+        strings, booleans and objects are refused rather than converted.
+        """
+        form = "a real-valued array of shape (14,) ([left arm 6, left gripper, right arm 6, right gripper])"
         try:
-            a = np.asarray(action, dtype=np.float64)
+            raw = np.asarray(action)
         except (TypeError, ValueError):
-            raise ValueError(f"action must be a numeric array of shape (14,), got {type(action).__name__}") from None
+            raise ValueError(f"action must be {form}, got {type(action).__name__}") from None
+        if raw.dtype.kind not in "iuf":
+            what = {"c": "complex", "b": "boolean", "U": "string", "S": "bytes"}.get(raw.dtype.kind)
+            if what is None:  # an object array: a list mixing numbers with something else
+                real = all(isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) for x in raw.flat)
+                what = None if real else "non-numeric"
+            if what is not None:
+                raise ValueError(f"action must be {form}, got {what} values (dtype {raw.dtype}): {action!r:.120}")
+        a = raw.astype(np.float64, copy=False)
         if a.shape != (14,):
             raise ValueError(f"action has shape {a.shape}, expected (14,) "
                              f"([left arm 6, left gripper, right arm 6, right gripper])")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,34 @@ def _both_arms(values: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(values) * 2
 
 
+def _describe(v: Any) -> str:
+    """``v`` as the user wrote it (JSON spelling for JSON values) and its type."""
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = repr(v)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(v).__name__})"
+
+
+def _number(where: str, v: Any) -> float:
+    """``v`` as a float if it is a real number; strings, booleans and null are refused."""
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)):
+        return float(v)
+    hint = " (write the number without quotes)" if isinstance(v, str) else ""
+    raise ValueError(f"{where} must be a number, got {_describe(v)}{hint}")
+
+
+def _per_joint_values(name: str, v: Any) -> tuple[float, ...]:
+    if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple, np.ndarray)):
+        raise ValueError(f"{name} must be a list of {len(ARM_JOINT_NAMES)} numbers (ordered "
+                         f"{', '.join(ARM_JOINT_NAMES)}) or a {{joint name: number}} mapping, got {_describe(v)}")
+    items = v.reshape(-1).tolist() if isinstance(v, np.ndarray) else v
+    names = ARM_JOINT_NAMES if len(items) == len(ARM_JOINT_NAMES) else range(len(items))
+    return tuple(_number(f"{name}[{j}]", x) for j, x in zip(names, items))
+
+
 @dataclass(frozen=True)
 class PhysicsParams:
     """Physical parameters of the scene. Per-joint fields have 12 entries ordered as
@@ -76,7 +105,7 @@ class PhysicsParams:
     def __post_init__(self) -> None:
         problems = []
         for name, (lo, hi) in _PER_JOINT_RANGES.items():
-            values = tuple(float(v) for v in getattr(self, name))
+            values = _per_joint_values(name, getattr(self, name))
             object.__setattr__(self, name, values)
             if len(values) != len(ARM_JOINT_NAMES):
                 problems.append(f"{name} has {len(values)} values, expected {len(ARM_JOINT_NAMES)} "
@@ -86,7 +115,7 @@ class PhysicsParams:
                 if not (math.isfinite(v) and lo <= v <= hi):
                     problems.append(f"{name}[{joint}]={v} is outside [{lo}, {hi}]")
         for name, (lo, hi) in _SCALAR_RANGES.items():
-            v = float(getattr(self, name))
+            v = _number(name, getattr(self, name))
             object.__setattr__(self, name, v)
             if not (math.isfinite(v) and lo <= v <= hi):
                 problems.append(f"{name}={v} is outside [{lo}, {hi}]")
@@ -106,27 +135,32 @@ class PhysicsParams:
     def from_dict(cls, values: dict[str, Any], base: "PhysicsParams | None" = None) -> "PhysicsParams":
         """Build from a (possibly partial) dict; missing fields and joints keep ``base``'s values.
 
-        Per-joint fields accept a list of 12 values or a ``{joint name: value}`` mapping.
-        Unknown field or joint names raise ``ValueError`` naming them.
+        Per-joint fields accept a list of 12 numbers or a ``{joint name: number}`` mapping; the
+        others a number. Unknown field or joint names and values of the wrong type (``null``,
+        ``true``, ``"0.8"``, a nested mapping) raise ``ValueError`` naming the parameter, what was
+        given and the valid form.
         """
+        if not isinstance(values, dict):
+            raise ValueError("physics parameters must be a mapping of parameter name to value, "
+                             f"got {_describe(values)}")
         base = base or cls()
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known, key=str)
         if unknown:
             raise ValueError(f"unknown physics parameter(s) {unknown}; valid names: {sorted(known)}")
         updates: dict[str, Any] = {}
         for name, v in values.items():
             if name in _PER_JOINT_RANGES and isinstance(v, dict):
-                bad = sorted(set(v) - set(ARM_JOINT_NAMES))
+                bad = sorted(set(v) - set(ARM_JOINT_NAMES), key=str)
                 if bad:
                     raise ValueError(f"unknown joint(s) {bad} in '{name}'; valid joints: {list(ARM_JOINT_NAMES)}")
                 merged = dict(zip(ARM_JOINT_NAMES, getattr(base, name)))
-                merged.update(v)
+                merged.update({j: _number(f"{name}[{j}]", x) for j, x in v.items()})
                 updates[name] = tuple(merged[j] for j in ARM_JOINT_NAMES)
             elif name in _PER_JOINT_RANGES:
-                updates[name] = tuple(v)
+                updates[name] = _per_joint_values(name, v)
             else:
-                updates[name] = v
+                updates[name] = _number(name, v)
         return dataclasses.replace(base, **updates)
 
     def save(self, path: str | os.PathLike) -> None:
@@ -141,15 +175,23 @@ class PhysicsParams:
         Either a plain parameter dict (as written by :meth:`save`) or a calibration result whose
         ``"values"`` entry holds one.
         """
+        if os.path.isdir(path):
+            inside = sorted(p for p in os.listdir(path) if p.endswith(".json"))[:5]
+            raise ValueError(f"physics file {path!s} is a directory; pass a JSON file of parameters"
+                             + (f" (it holds {', '.join(inside)})" if inside else ""))
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 values = json.load(f)
         except FileNotFoundError:
             raise FileNotFoundError(f"physics file {path!s} does not exist") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"physics file {path!s} is not valid JSON: {e}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"physics file {path!s} is not a text (JSON) file") from None
+        except OSError as e:
+            raise ValueError(f"physics file {path!s} cannot be read: {e.strerror or e}") from None
         if not isinstance(values, dict):
-            raise ValueError(f"physics file {path!s} must hold a JSON object of parameters")
+            raise ValueError(f"physics file {path!s} must hold a JSON object of parameters, got {_describe(values)}")
         if "values" in values and isinstance(values["values"], dict):
             values = values["values"]
         try:
@@ -165,10 +207,13 @@ def resolve_physics(physics: "PhysicsParams | str | os.PathLike | dict | None") 
     if isinstance(physics, PhysicsParams):
         return physics
     if isinstance(physics, dict):
-        return PhysicsParams.from_dict(physics)
+        try:
+            return PhysicsParams.from_dict(physics)
+        except ValueError as e:
+            raise ValueError(f"physics (dict): {e}") from None
     if isinstance(physics, (str, os.PathLike)):
         return PhysicsParams.load(physics)
-    raise TypeError(f"physics must be a PhysicsParams, a dict or a path to a JSON file, got {type(physics).__name__}")
+    raise TypeError(f"physics must be a PhysicsParams, a dict or a path to a JSON file, got {_describe(physics)}")
 
 
 @dataclass(frozen=True)

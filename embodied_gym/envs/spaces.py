@@ -6,6 +6,7 @@ contract on the other.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,14 +32,22 @@ MAX_JOINT_SPEED = 20.0
 
 
 def check_choice(kind: str, value, valid: Sequence[str]) -> None:
-    if value not in valid:
+    try:
+        ok = isinstance(value, str) and value in valid
+    except TypeError:
+        ok = False
+    if not ok:
         raise ValueError(f"unknown {kind} {value!r}; valid: {list(valid)}")
 
 
 def normalise_cameras(cameras) -> tuple[str, ...]:
+    """A camera name or a sequence of them, as a tuple of known, distinct names."""
     if isinstance(cameras, str):
         cameras = (cameras,)
-    cameras = tuple(cameras)
+    if not isinstance(cameras, (list, tuple, np.ndarray)):
+        raise ValueError(f"cameras must be a camera name or a list of them (valid: {list(CAMERAS)}), "
+                         f"got {cameras!r} ({type(cameras).__name__})")
+    cameras = tuple(str(c) if isinstance(c, np.str_) else c for c in cameras)
     for c in cameras:
         check_choice("camera", c, CAMERAS)
     if len(set(cameras)) != len(cameras):
@@ -46,11 +55,23 @@ def normalise_cameras(cameras) -> tuple[str, ...]:
     return cameras
 
 
+def _whole_number(v) -> int | None:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        return None
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    return int(v) if float(v).is_integer() else None
+
+
 def normalise_image_size(image_size) -> tuple[int, int]:
-    try:
-        h, w = (int(v) for v in image_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"image_size must be (height, width), got {image_size!r}") from None
+    """``(height, width)`` as two whole numbers of pixels (``240.0`` is fine, ``48.5`` is not)."""
+    form = "image_size must be (height, width), two whole numbers of pixels such as (240, 320)"
+    if isinstance(image_size, (str, bytes)) or not isinstance(image_size, (list, tuple, np.ndarray)):
+        raise ValueError(f"{form}, got {image_size!r}")
+    sides = [_whole_number(v) for v in image_size]
+    if len(sides) != 2 or None in sides:
+        raise ValueError(f"{form}, got {tuple(image_size)!r}")
+    h, w = sides
     if not (16 <= h <= 2048 and 16 <= w <= 2048):
         raise ValueError(f"image_size {(h, w)} out of range; each side must be in [16, 2048]")
     return h, w

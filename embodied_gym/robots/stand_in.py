@@ -40,35 +40,116 @@ _LOOK_KEYS = {"table_texture", "table_tint", "backdrop_texture", "backdrop_tint"
 
 
 def _check_keys(where: str, got: dict, allowed: set) -> None:
-    unknown = sorted(set(got) - allowed)
+    unknown = sorted(set(got) - allowed, key=str)
     if unknown:
-        raise ValueError(f"stand-in config: unknown key(s) {unknown} in {where}; valid: {sorted(allowed)}")
+        raise ValueError(f"unknown key(s) {unknown} in {where}; valid: {sorted(allowed)}")
+
+
+def _mapping(where: str, v: Any) -> dict:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ValueError(f"{where} must be a mapping, got {v!r} ({type(v).__name__})")
+    return v
+
+
+def _real(where: str, v: Any, low: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where} must be a number >= {low:g}, got {v!r} ({type(v).__name__})")
+    if not (np.isfinite(v) and v >= low):
+        raise ValueError(f"{where} must be a number >= {low:g}, got {v!r}")
+    return float(v)
+
+
+def _reals(where: str, v: Any, n: int, low: float = -np.inf) -> None:
+    if not isinstance(v, (list, tuple)) or len(v) != n:
+        raise ValueError(f"{where} must be a list of {n} numbers, got {v!r}")
+    for i, x in enumerate(v):
+        _real(f"{where}[{i}]", x, low)
+
+
+def _validate(settings: dict) -> None:
+    """Types and ranges of everything :class:`StandInRobot` reads (keys were checked already)."""
+    if "seed" in settings and (isinstance(settings["seed"], bool) or not isinstance(settings["seed"], int)):
+        raise ValueError(f"seed must be an integer, got {settings['seed']!r}")
+    eff, look = settings.get("effects", {}), settings.get("look", {})
+    if "latency_steps" in eff:
+        v = eff["latency_steps"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"effects.latency_steps must be a whole number of control steps >= 0, got {v!r}")
+    for j, b in _mapping("effects.backlash", eff.get("backlash")).items():
+        if j not in ARM_JOINT_NAMES:
+            raise ValueError(f"unknown joint {j!r} in effects.backlash; valid: {list(ARM_JOINT_NAMES)}")
+        _real(f"effects.backlash.{j}", b)
+    st = _mapping("effects.stribeck", eff.get("stribeck"))
+    _check_keys("'effects.stribeck'", st, {"static", "coulomb", "viscous", "stribeck_velocity"})
+    for key in ("static", "coulomb", "viscous"):
+        if key not in st:
+            continue
+        if isinstance(st[key], (list, tuple)):
+            _reals(f"effects.stribeck.{key}", st[key], 6, 0.0)
+        else:
+            _real(f"effects.stribeck.{key} (one number, or a list of 6 for waist..wrist_rotate)", st[key])
+    if "stribeck_velocity" in st:
+        if _real("effects.stribeck.stribeck_velocity", st["stribeck_velocity"]) <= 0:
+            raise ValueError(f"effects.stribeck.stribeck_velocity must be > 0, got {st['stribeck_velocity']!r}")
+    for key in ("joint_position_noise", "joint_velocity_noise"):
+        if key in eff:
+            _real(f"effects.{key}", eff[key])
+    for key in ("table_texture", "backdrop_texture"):
+        if look.get(key) is not None and not isinstance(look[key], str):
+            raise ValueError(f"look.{key} must be the name of a scikit-image photograph (e.g. 'gravel'), "
+                             f"got {look[key]!r}")
+    for key in ("table_tint", "backdrop_tint", "light_diffuse", "ambient", "white_balance"):
+        if key in look:
+            _reals(f"look.{key}", look[key], 3, 0.0)
+    if "shadows" in look and not isinstance(look["shadows"], bool):
+        raise ValueError(f"look.shadows must be true or false, got {look['shadows']!r}")
+    for key in ("blur_sigma", "image_noise"):
+        if key in look:
+            _real(f"look.{key}", look[key])
+    for cam, o in _mapping("look.camera_offsets", look.get("camera_offsets")).items():
+        if cam not in CAMERAS:
+            raise ValueError(f"unknown camera {cam!r} in look.camera_offsets; valid: {list(CAMERAS)}")
+        o = _mapping(f"look.camera_offsets.{cam}", o)
+        _check_keys(f"'look.camera_offsets.{cam}'", o, {"pos", "rot"})
+        for key in ("pos", "rot"):
+            if key in o:
+                _reals(f"look.camera_offsets.{cam}.{key}", o[key], 3)
 
 
 def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Read and validate a stand-in config (YAML or JSON)."""
+    """Read and validate a stand-in config (YAML or JSON); errors name the file and the key."""
     path = Path(path) if path else DEFAULT_CONFIG
     if not path.exists():
         raise FileNotFoundError(f"stand-in robot config {path} does not exist")
-    text = path.read_text()
-    if path.suffix == ".json":
-        settings = json.loads(text)
-    else:
-        import yaml
+    if path.is_dir():
+        raise ValueError(f"stand-in robot config {path} is a directory; pass a YAML or JSON file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            settings = json.loads(text)
+        else:
+            import yaml
 
-        settings = yaml.safe_load(text)
+            settings = yaml.safe_load(text)
+    except OSError as e:
+        raise ValueError(f"stand-in config {path} cannot be read: {e.strerror or e}") from None
+    except Exception as e:  # json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ValueError(f"stand-in config {path} is not valid {kind}: {e}") from None
     if not isinstance(settings, dict):
         raise ValueError(f"stand-in config {path} must hold a mapping")
-    _check_keys("the top level", settings, _TOP_KEYS)
-    _check_keys("'effects'", settings.get("effects", {}), _EFFECT_KEYS)
-    _check_keys("'look'", settings.get("look", {}), _LOOK_KEYS)
-    for j in settings.get("effects", {}).get("backlash", {}):
-        if j not in ARM_JOINT_NAMES:
-            raise ValueError(f"stand-in config: unknown joint {j!r} in effects.backlash; valid: {list(ARM_JOINT_NAMES)}")
-    for cam in settings.get("look", {}).get("camera_offsets", {}):
-        if cam not in CAMERAS:
-            raise ValueError(f"stand-in config: unknown camera {cam!r} in look.camera_offsets; valid: {list(CAMERAS)}")
-    settings["physics"] = PhysicsParams.from_dict(settings.get("physics", {}))
+    try:
+        _check_keys("the top level", settings, _TOP_KEYS)
+        for section in ("effects", "look", "physics"):
+            settings[section] = _mapping(f"'{section}'", settings.get(section))
+        _check_keys("'effects'", settings["effects"], _EFFECT_KEYS)
+        _check_keys("'look'", settings["look"], _LOOK_KEYS)
+        _validate(settings)
+        settings["physics"] = PhysicsParams.from_dict(settings["physics"])
+    except ValueError as e:
+        raise ValueError(f"stand-in config {path}: {e}") from None
     settings["_path"] = str(path)
     return settings
 
