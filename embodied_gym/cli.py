@@ -336,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     from embodied_gym.errors import is_user_error, user_message
 
     _quiet_progress()
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("embodied-gym: interrupted before the command started; nothing was written", file=sys.stderr)
+        return 130
     if getattr(args, "tasks", None):
         from embodied_gym.envs.tasks import TASKS
 
