@@ -235,3 +235,23 @@ def test_bugs_are_not_user_errors():
     assert not is_user_error(caught(lambda: json.loads("{")))  # raised inside a library
     assert is_user_error(UserInputError("bad"))
     assert user_message(KeyError("no camera 'x'")) == "no camera 'x'"
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["demo", "--name", "n", "--runs", "R"], ["R/n", "rerun the same command"]),
+    (["record", "--env", "E", "--out", "D"], ["saved in D", "plus --resume"]),
+    (["record", "--env", "E", "--out", "D", "--resume"], ["saved in D", "with the same command"]),
+    (["replay", "--dataset", "D"], ["nothing was written"]),
+    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "physaligner"], ["r.json.work", "rerun"]),
+    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["sa keeps no checkpoint"]),
+    (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoint", "rerun the same command"]),
+    (["visaligner", "render", "--dataset", "D", "--model", "M", "--out", "G"], ["saved in G", "--resume"]),
+    (["train", "act", "--dataset", "D", "--out", "A"], ["A/checkpoints", "plus --resume"]),
+    (["train", "tpo", "--policy", "A", "--env", "E", "--out", "T"], ["kept in T", "rerun the same command"]),
+    (["eval", "--policy", "expert", "--env", "E"], ["nothing was written"]),
+])
+def test_every_long_command_says_what_ctrl_c_kept(argv, says):
+    from embodied_gym.cli import _interrupted_note, build_parser
+
+    note = _interrupted_note(build_parser().parse_args(argv))
+    assert all(s in note for s in says), note
