@@ -156,10 +156,11 @@ def dataset_hash(episodes: list[Episode]) -> str:
 
 
 def _ray_simulate_theta(init_args, theta_u, state, action, episode):
-    # One simulator per Ray worker process, built on first use (Ray reuses worker processes).
-    if _WORKER.get("init") != init_args[:2]:
+    # One simulator per Ray worker process, built on first use (Ray reuses worker processes, also across
+    # calibrations: rebuilt when the task, space or episode layouts differ).
+    if _WORKER.get("init") != init_args:
         _init_worker(*init_args)
-        _WORKER["init"] = init_args[:2]
+        _WORKER["init"] = init_args
     return _simulate_theta((theta_u, state, action, episode))
 
 
