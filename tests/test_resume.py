@@ -38,7 +38,7 @@ def tiny_dataset(tmp_path_factory):
 
 def _env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-            "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1"}
+            "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
 
 
 def _popen(args, **kw):
@@ -47,7 +47,7 @@ def _popen(args, **kw):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
-def _wait_for(cond, proc, timeout=120.0, poll=0.002):
+def _wait_for(cond, proc, timeout=300.0, poll=0.002):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -55,8 +55,8 @@ def _wait_for(cond, proc, timeout=120.0, poll=0.002):
         if proc.poll() is not None:
             raise AssertionError(f"the process ended (rc {proc.returncode}) before the condition held")
         time.sleep(poll)
-    proc.kill()
-    raise AssertionError("timed out")
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError(f"the condition did not hold within {timeout} s")
 
 
 def _chunks(cache_dir: Path) -> list[Path]:
@@ -169,7 +169,13 @@ def _interrupt(args, ready, tmp_path):
         proc = _popen(["-m", "embodied_gym.cli", *args], stdout=subprocess.DEVNULL, stderr=f)
         _wait_for(ready, proc, poll=0.05)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the workers get it too
-        rc = proc.wait(timeout=120)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            proc.wait(timeout=30)
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError(f"no exit within 60 s of Ctrl-C:\n{err.read_text()[-6000:]}") from None
     return rc, err.read_text().replace("\r", "\n")
 
 
