@@ -27,6 +27,12 @@ def _sibling(path: Path, tag: str) -> Path:
     return path.with_name(f".{path.stem}.{tag}-{os.getpid()}{path.suffix}")
 
 
+def is_temporary(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a temporary this module writes (left behind only by a killed process)."""
+    name = Path(path).name
+    return name.startswith(".") and (".tmp-" in name or ".old-" in name)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path``, on error it is removed."""
@@ -76,4 +82,23 @@ def write_json(path: str | os.PathLike, obj, indent: int | None = 2) -> None:
     write_text(path, json.dumps(obj, indent=indent, default=str))
 
 
-__all__ = ["atomic_path", "atomic_dir", "write_bytes", "write_text", "write_json"]
+def write_npz(path: str | os.PathLike, compressed: bool = True, **arrays) -> None:
+    """A ``.npz`` of plain numpy arrays (read back with ``allow_pickle=False``), written whole or not at all.
+
+    The temporary file is flushed to disk before the rename, so a kill (even SIGKILL) or a power cut
+    leaves either the old file or the complete new one.
+    """
+    import numpy as np
+
+    for name, value in arrays.items():
+        if np.asarray(value).dtype == object:
+            raise TypeError(f"write_npz({os.fspath(path)!r}): {name!r} is an object array, which only loads "
+                            f"with pickle; pass numeric or string arrays")
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            (np.savez_compressed if compressed else np.savez)(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+__all__ = ["is_temporary", "atomic_path", "atomic_dir", "write_bytes", "write_text", "write_json", "write_npz"]

@@ -304,9 +304,46 @@ def _quiet_progress() -> None:
     warnings.filterwarnings("ignore", message="Cannot enable progress bars")
 
 
+def _command_name(args) -> str:
+    """``record``, ``visaligner train``, ``train act``, ..."""
+    sub = getattr(args, "visaligner_command", None) or getattr(args, "algo", None)
+    return f"{args.command} {sub}" if sub else args.command
+
+
+def _interrupted_note(args) -> str:
+    """What an interrupted command kept, and how to go on from it."""
+    if args.command == "visaligner":
+        return visaligner_cli.interrupted_note(args)
+    if args.command in ("train", "eval"):
+        return policies_cli.interrupted_note(args)
+    if args.command == "demo":
+        run_dir = os.path.join(args.runs, args.name or ("full" if args.full else args.profile))
+        return f"finished stages are kept in {run_dir}; rerun the same command to continue from the interrupted stage"
+    if args.command == "record":
+        how = "the same command" if args.resume else "the same command plus --resume"
+        return (f"the episodes finished so far are saved in {args.out} (the one in progress is dropped); "
+                f"add the rest with {how}")
+    if args.command == "calibrate":
+        if args.method == "physaligner":
+            return (f"finished stages and stage-1 chunks are kept in {args.out}.work; rerun the same command to "
+                    f"continue from there")
+        return f"nothing was written ({args.method} keeps no checkpoint); rerun the same command"
+    if args.command == "experts":
+        return f"videos of the tasks finished so far are in {args.out}; rerun the same command for all of them"
+    return "nothing was written; rerun the same command"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Ctrl-C ends it with one line saying what was kept (exit 130); a user error
+    (:mod:`embodied_gym.errors`) with one ``error:`` line (exit 2); a bug with its traceback."""
+    from embodied_gym.errors import is_user_error, user_message
+
     _quiet_progress()
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        print("embodied-gym: interrupted before the command started; nothing was written", file=sys.stderr)
+        return 130
     if getattr(args, "tasks", None):
         from embodied_gym.envs.tasks import TASKS
 
@@ -314,8 +351,19 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             print(f"embodied-gym: unknown task(s) {unknown}; valid: {sorted(TASKS)}", file=sys.stderr)
             return 2
+    name = _command_name(args)
     t0 = time.time()
-    rc = args.func(args)
+    try:
+        rc = args.func(args)
+    except KeyboardInterrupt:
+        start = "\n" if sys.stderr.isatty() else ""  # off the "^C" the terminal echoed
+        print(f"{start}embodied-gym {name}: interrupted; {_interrupted_note(args)}", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        print(f"embodied-gym {name}: error: {user_message(e)}", file=sys.stderr)
+        return 2
     print(f"done in {time.time() - t0:.0f} s")
     return rc
 

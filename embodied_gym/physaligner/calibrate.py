@@ -6,8 +6,9 @@ and ``embodied-gym replay --physics`` read directly: values, bounds, frozen set,
 dataset (path and content hash), held-out errors before and after (open-loop replay), wall time
 per stage, per-parameter uncertainty where the method gives one, the parameters the data does not
 constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
-beside it. PhysAligner's stages are checkpointed in ``<out>.work/`` (the stage-1 cache and the
-surrogate), so a killed run resumes from the finished stage.
+beside it. PhysAligner's stages are checkpointed in ``<out>.work/`` (the stage-1 cache, written in
+chunks of θ samples while stage 1 runs, and the surrogate), so a killed run resumes from the finished
+stage, and inside stage 1 from the finished chunks.
 
 Methods: ``physaligner`` (the paper's three stages), ``sysid`` (``mujoco.sysid``'s Gauss-Newton),
 ``cmaes`` and ``sa`` (SimplerEnv's simulated annealing). ``RECOMMENDED`` is the method the

@@ -136,3 +136,14 @@ def add_commands(sub) -> None:
                          "(default: read it without unpickling or importing; see docs/policies.md)")
     ev.add_argument("--json", action="store_true", help="also print the summary as JSON")
     ev.set_defaults(func=_cmd_eval)
+
+
+def interrupted_note(args) -> str:
+    """What an interrupted ``train``/``eval`` command kept, and how to go on (printed by ``embodied-gym``)."""
+    if args.command == "eval":
+        return "nothing was written (results are written at the end); rerun the same command"
+    if args.algo == "act":
+        resume = "rerun the same command" if args.resume else "rerun the same command plus --resume"
+        return f"checkpoints (every --save-every steps) are kept in {args.out}/checkpoints; {resume} to continue"
+    return (f"finished iterations are kept in {args.out} (tpo_log.jsonl); rerun the same command to continue "
+            f"after the last one")

@@ -105,3 +105,12 @@ def add_commands(subparsers) -> None:
     rd.add_argument("--resume", action="store_true", help="continue an interrupted render")
     rd.add_argument("--threads", type=int)
     rd.set_defaults(func=_cmd_render)
+
+
+def interrupted_note(args) -> str:
+    """What an interrupted ``visaligner`` command kept, and how to go on (printed by ``embodied-gym``)."""
+    if args.visaligner_command == "train":
+        return (f"the last checkpoint (every --checkpoint-every steps) is kept in {args.out}/checkpoint; rerun the "
+                f"same command to continue from it")
+    how = "the same command" if args.resume else "the same command plus --resume"
+    return f"the episodes finished so far are saved in {args.out}; add the rest with {how}"
