@@ -1,296 +1,36 @@
-"""The ``embodied-gym`` command."""
+"""The ``embodied-gym`` command: one subcommand per module of :mod:`embodied_gym.commands`.
+
+``main`` parses, runs the command and turns the two ways a run ends early into one line each:
+Ctrl-C (what was kept and how to go on, exit 130) and a user error (:mod:`embodied_gym.errors`:
+``embodied-gym <command>: error: <message>``, exit 2). A bug keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
-# Subsystem commands; light to import: their heavy imports live in the handlers.
-from embodied_gym.policies import cli as policies_cli
-from embodied_gym.visaligner import cli as visaligner_cli
-
-
-def _cmd_demo(args) -> int:
-    """The whole Real2Sim2Real loop on the stand-in robot (embodied_gym.demo.pipeline)."""
-    from embodied_gym.demo.config import load_config
-    from embodied_gym.demo.pipeline import run_demo
-
-    profile = "full" if args.full else args.profile
-    try:
-        cfg = load_config(profile, args.config)
-    except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(f"embodied-gym demo: {e}") from None
-    if args.tasks:
-        cfg.tasks = list(args.tasks)
-    run_dir = os.path.join(args.runs, args.name or profile)
-    summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"))
-    for task, t in summary["tasks"].items():
-        for name, e in t["evaluation"].items():
-            print(f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
-                  f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)")
-    print(f"report: {os.path.join(run_dir, 'report.html')}  (summary: {os.path.join(run_dir, 'summary.json')})")
-    return 0
-
-
-def _cmd_experts(args) -> int:
-    """Every task's scripted expert solving its task; a video per task; success printed."""
-    import gymnasium as gym
-    import numpy as np
-    from tqdm import tqdm
-
-    import embodied_gym
-    from embodied_gym.envs.tasks import TASKS
-    from embodied_gym.video import write_mp4
-
-    tasks = args.tasks or list(TASKS)
-    os.makedirs(args.out, exist_ok=True)
-    summary = {}
-    for task in tasks:
-        env = gym.make(embodied_gym.env_id(task), obs_type="state", render_mode="rgb_array",
-                       cameras=(args.camera,), image_size=(240, 320))
-        expert = embodied_gym.make_expert(env)
-        successes, frames = [], []
-        for ep in tqdm(range(args.episodes), desc=f"{task:12s}", unit="ep"):
-            obs, info = env.reset(seed=args.seed + ep)
-            record = ep == 0
-            if record:
-                frames.append(env.render())
-            done = False
-            while not done:
-                obs, _, terminated, truncated, info = env.step(expert(obs, info))
-                done = terminated or truncated
-                if record and info["step"] % 2 == 0:
-                    frames.append(env.render())
-            successes.append(bool(info["is_success"]))
-        env.close()
-        video = os.path.join(args.out, f"{task}.mp4")
-        write_mp4(video, frames, fps=25)
-        rate = float(np.mean(successes))
-        summary[task] = {"success_rate": rate, "episodes": len(successes), "video": video}
-        print(f"{task:12s} expert success {rate:6.1%} over {len(successes)} episodes  (video: {video})")
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    return 0
-
-
-def _make_env(env_id: str, robot_config: str | None, **kwargs):
-    import gymnasium as gym
-
-    import embodied_gym  # noqa: F401
-
-    if env_id not in gym.registry:
-        ids = sorted(k for k in gym.registry if k.startswith("EmbodieDreamer-"))
-        raise SystemExit(f"embodied-gym: unknown env id {env_id!r}; valid: {ids}")
-    if "-Real-" in env_id:
-        kwargs.update(robot_config=robot_config, realtime=kwargs.pop("realtime", False))
-    else:
-        kwargs.pop("realtime", None)
-        if robot_config:
-            raise SystemExit("embodied-gym: --robot-config only applies to -Real- env ids")
-    return gym.make(env_id, **kwargs)
-
-
-def _load_policy(spec: str, env):
-    import embodied_gym
-
-    if spec == "expert":
-        return embodied_gym.make_expert(env)
-    from embodied_gym.policies.loading import load_agent
-
-    try:
-        agent = load_agent(spec)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"embodied-gym: {e}") from None
-    need, have = agent.requirements, env.unwrapped
-    if need.control_mode != have.control_mode or not set(need.cameras) <= set(have.cameras):
-        raise SystemExit(f"embodied-gym: policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
-                         f"{list(need.cameras)}; record with --cameras {' '.join(need.cameras) or 'cam_high'}")
-    agent.reset()
-    return _ResettingAgent(agent)
-
-
-class _ResettingAgent:
-    """Calls the agent's ``reset()`` when a new episode starts (``info["step"] == 0``)."""
-
-    def __init__(self, agent):
-        self.agent = agent
-
-    def __call__(self, obs, info):
-        if info.get("step") == 0:
-            self.agent.reset()
-        return self.agent(obs, info)
-
-
-def _cmd_record(args) -> int:
-    from embodied_gym.data.reader import DatasetError
-    from embodied_gym.data.recording import record
-
-    env = _make_env(args.env, args.robot_config, obs_type="pixels_state", cameras=tuple(args.cameras),
-                    image_size=tuple(args.image_size), realtime=args.realtime)
-    policy = _load_policy(args.policy, env)
-    try:
-        summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
-                         env_id=args.env, vcodec=args.vcodec)
-    except (FileExistsError, DatasetError) as e:
-        raise SystemExit(f"embodied-gym: {e}") from None
-    finally:
-        env.close()
-    print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
-          f"{summary.episodes} in total")
-    return 0
-
-
-def _cmd_replay(args) -> int:
-    from embodied_gym.data.reader import DatasetError, open_dataset
-    from embodied_gym.data.replay import plot_replay, replay_episode
-
-    try:
-        ds = open_dataset(args.dataset)
-        episodes = ds.episodes(args.episodes)
-        task = args.task or ds.require_task()
-    except (FileNotFoundError, DatasetError) as e:
-        raise SystemExit(f"embodied-gym replay: {e}") from None
-    results = [replay_episode(ep, task, physics=args.physics) for ep in episodes]
-    rows = [r.summary() for r in results]
-    mean = {k: float(sum(r[k] for r in rows) / len(rows)) for k in ("joint_rmse_rad", "translation_error_m",
-                                                                       "rotation_error_rad")}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "replay.json"), "w") as f:
-        json.dump({"dataset": str(args.dataset), "physics": args.physics, "task": task, "mean": mean,
-                   "episodes": rows}, f, indent=2)
-    plot_replay(results[: args.plot_episodes], os.path.join(args.out, "replay.png"))
-    for r in rows:
-        print(f"episode {r['episode']:3d}: joint RMSE {r['joint_rmse_rad']:.4f} rad, TCP translation "
-              f"{r['translation_error_m'] * 100:.2f} cm, rotation {r['rotation_error_rad']:.4f} rad")
-    print(f"mean over {len(rows)}: joint RMSE {mean['joint_rmse_rad']:.4f} rad, translation "
-          f"{mean['translation_error_m'] * 100:.2f} cm, rotation {mean['rotation_error_rad']:.4f} rad "
-          f"(written to {args.out}/replay.json, replay.png)")
-    return 0
-
-
-def _cmd_calibrate(args) -> int:
-    from embodied_gym.physaligner import ParameterSpace
-    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
-    from embodied_gym.physaligner.space import parameter_names
-
-    task = args.task or _task_from_sidecar(args.dataset)
-    frozen = []
-    if args.free:
-        unknown = [n for n in args.free if n not in parameter_names()]
-        if unknown:
-            raise SystemExit(f"embodied-gym: unknown parameter(s) {unknown}; e.g. kp.left_waist, damping.right_elbow, "
-                             f"gripper_kp")
-        frozen = [n for n in parameter_names() if n not in args.free]
-    space = ParameterSpace(frozen=frozen)
-    cfg = CalibrationConfig(method=args.method, samples=args.samples, surrogate_epochs=args.epochs,
-                            sa_steps=args.sa_steps, cmaes_evaluations=args.cmaes_evaluations,
-                            sysid_iterations=args.sysid_iterations, budget_s=args.budget, seed=args.seed,
-                            workers=args.workers, restarts=args.restarts, refine_steps=args.refine_steps,
-                            backend=args.backend, ray_address=args.ray_address)
-    try:
-        r = calibrate(args.dataset, task, args.out, space, cfg)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"embodied-gym calibrate: {e}") from None
-    b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
-    print(f"{args.method}: held-out TCP translation {b['translation_error_m'] * 100:.2f} -> "
-          f"{a['translation_error_m'] * 100:.2f} cm, rotation {b['rotation_error_rad']:.4f} -> "
-          f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
-          f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}, report: "
-          f"{os.path.splitext(args.out)[0]}.report.md")
-    if r["logs"].get("chosen") == "start":
-        print("note: no refinement restart beat the starting physics in open-loop replay of the fit episodes; "
-              "the result keeps the starting values (see the report)")
-    if r["unconstrained"]:
-        print(f"not constrained by this data: {', '.join(r['unconstrained'])} (see the report)")
-    return 0
-
-
-def _task_from_sidecar(root) -> str:
-    """The task a dataset was recorded for (see :meth:`~embodied_gym.data.reader.RecordedDataset.require_task`)."""
-    from embodied_gym.data.reader import DatasetError, open_dataset
-
-    try:
-        return open_dataset(root).require_task()
-    except (FileNotFoundError, DatasetError) as e:
-        raise SystemExit(f"embodied-gym: {e}") from None
+from embodied_gym.commands import COMMANDS, GROUPS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from embodied_gym.physaligner.calibrate import METHODS, RECOMMENDED
-
-    p = argparse.ArgumentParser(prog="embodied-gym", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    from embodied_gym.demo.pipeline import STAGES
-
-    demo = sub.add_parser("demo", help="the whole Real2Sim2Real loop on the stand-in robot, with an HTML report")
-    size = demo.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="one task, small sizes, 2 CPU cores (the default)")
-    size.add_argument("--full", action="store_true", help="all four tasks, paper-like sizes (a GPU machine)")
-    size.add_argument("--profile", default="quick", help="a profile of embodied_gym/demo/profiles (quick, full, smoke)")
-    demo.add_argument("--config", help="YAML file overriding any stage setting of the profile")
-    demo.add_argument("--tasks", nargs="*", help="tasks (default: the profile's)")
-    demo.add_argument("--from", choices=STAGES, help="rerun from this stage on (later stages rerun too)")
-    demo.add_argument("--name", help="run name: output in RUNS/NAME (default: the profile's name)")
-    demo.add_argument("--runs", default="runs", help="folder of runs (default runs/)")
-    demo.set_defaults(func=_cmd_demo)
-
-    exp = sub.add_parser("experts", help="run every task's scripted expert, save a video per task, print success")
-    exp.add_argument("--tasks", nargs="*", help="tasks to run (default: all four)")
-    exp.add_argument("--episodes", type=int, default=5, help="episodes per task (default 5)")
-    exp.add_argument("--seed", type=int, default=0)
-    exp.add_argument("--camera", default="cam_high")
-    exp.add_argument("--out", default="runs/experts", help="output folder (default runs/experts)")
-    exp.set_defaults(func=_cmd_experts)
-
-    rec = sub.add_parser("record", help="record episodes into a local LeRobotDataset v3.0")
-    rec.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
-    rec.add_argument("--policy", default="expert", help="'expert' (the scripted expert), an ACT folder or an SB3 .zip")
-    rec.add_argument("--episodes", type=int, default=50)
-    rec.add_argument("--out", required=True, help="dataset folder")
-    rec.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
-    rec.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
-    rec.add_argument("--cameras", nargs="+", default=["cam_high"])
-    rec.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
-    rec.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
-    rec.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
-    rec.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
-    rec.set_defaults(func=_cmd_record)
-
-    rep = sub.add_parser("replay", help="replay recorded episodes open-loop in the sim and measure the gap")
-    rep.add_argument("--dataset", required=True)
-    rep.add_argument("--episodes", type=int, nargs="*", help="episode indices (default: all)")
-    rep.add_argument("--task", help="task name (default: from the recording)")
-    rep.add_argument("--physics", help="physics JSON file (default: nominal)")
-    rep.add_argument("--out", default="runs/replay")
-    rep.add_argument("--plot-episodes", type=int, default=3, help="episodes drawn in replay.png")
-    rep.set_defaults(func=_cmd_replay)
-
-    cal = sub.add_parser("calibrate", help="calibrate the simulator's physics from a recorded dataset")
-    cal.add_argument("--dataset", required=True)
-    cal.add_argument("--task", help="task name (default: from the recording)")
-    cal.add_argument("--method", default=RECOMMENDED, choices=list(METHODS),
-                     help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
-    cal.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
-    cal.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
-    cal.add_argument("--samples", type=int, default=64, help="physaligner stage 1: θ samples")
-    cal.add_argument("--epochs", type=int, default=30, help="physaligner stage 2: surrogate epochs")
-    cal.add_argument("--restarts", type=int, default=4, help="physaligner stage 3: restarts")
-    cal.add_argument("--refine-steps", type=int, default=400, help="physaligner stage 3: Adam steps per restart")
-    cal.add_argument("--backend", default="processes", choices=["processes", "ray"],
-                     help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')")
-    cal.add_argument("--ray-address", help="Ray cluster address for --backend ray (default: a local Ray)")
-    cal.add_argument("--sa-steps", type=int, default=2000, help="sa: annealing steps (SimplerEnv: 2000)")
-    cal.add_argument("--cmaes-evaluations", type=int, default=2000, help="cmaes: objective evaluations")
-    cal.add_argument("--sysid-iterations", type=int, default=20, help="sysid: Gauss-Newton iterations")
-    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (sa, cmaes, sysid)")
-    cal.add_argument("--seed", type=int, default=0)
-    cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
-    cal.set_defaults(func=_cmd_calibrate)
-    visaligner_cli.add_commands(sub)  # visaligner train|render
-    policies_cli.add_commands(sub)  # train act|tpo, eval
+    p = argparse.ArgumentParser(prog="embodied-gym", description="EmbodieDreamer's Real2Sim2Real loop "
+                                "(arXiv 2507.05198): record -> calibrate -> render -> train -> evaluate")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for cmd in COMMANDS:
+        group = getattr(cmd, "GROUP", None)
+        if group is None:
+            parser = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        else:
+            if group not in groups:
+                g = sub.add_parser(group, help=GROUPS[group], description=GROUPS[group])
+                groups[group] = g.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+            parser = groups[group].add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+        cmd.add_arguments(parser)
+        parser.set_defaults(_command=cmd)
     return p
 
 
@@ -306,31 +46,9 @@ def _quiet_progress() -> None:
 
 def _command_name(args) -> str:
     """``record``, ``visaligner train``, ``train act``, ..."""
-    sub = getattr(args, "visaligner_command", None) or getattr(args, "algo", None)
-    return f"{args.command} {sub}" if sub else args.command
-
-
-def _interrupted_note(args) -> str:
-    """What an interrupted command kept, and how to go on from it."""
-    if args.command == "visaligner":
-        return visaligner_cli.interrupted_note(args)
-    if args.command in ("train", "eval"):
-        return policies_cli.interrupted_note(args)
-    if args.command == "demo":
-        run_dir = os.path.join(args.runs, args.name or ("full" if args.full else args.profile))
-        return f"finished stages are kept in {run_dir}; rerun the same command to continue from the interrupted stage"
-    if args.command == "record":
-        how = "the same command" if args.resume else "the same command plus --resume"
-        return (f"the episodes finished so far are saved in {args.out} (the one in progress is dropped); "
-                f"add the rest with {how}")
-    if args.command == "calibrate":
-        if args.method == "physaligner":
-            return (f"finished stages and stage-1 chunks are kept in {args.out}.work; rerun the same command to "
-                    f"continue from there")
-        return f"nothing was written ({args.method} keeps no checkpoint); rerun the same command"
-    if args.command == "experts":
-        return f"videos of the tasks finished so far are in {args.out}; rerun the same command for all of them"
-    return "nothing was written; rerun the same command"
+    cmd = args._command
+    group = getattr(cmd, "GROUP", None)
+    return f"{group} {cmd.NAME}" if group else cmd.NAME
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,20 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("embodied-gym: interrupted before the command started; nothing was written", file=sys.stderr)
         return 130
-    if getattr(args, "tasks", None):
-        from embodied_gym.envs.tasks import TASKS
-
-        unknown = [t for t in args.tasks if t not in TASKS]
-        if unknown:
-            print(f"embodied-gym: unknown task(s) {unknown}; valid: {sorted(TASKS)}", file=sys.stderr)
-            return 2
     name = _command_name(args)
     t0 = time.time()
     try:
-        rc = args.func(args)
+        rc = args._command.run(args)
     except KeyboardInterrupt:
         start = "\n" if sys.stderr.isatty() else ""  # off the "^C" the terminal echoed
-        print(f"{start}embodied-gym {name}: interrupted; {_interrupted_note(args)}", file=sys.stderr)
+        print(f"{start}embodied-gym {name}: interrupted; {args._command.interrupted(args)}", file=sys.stderr)
         return 130
     except Exception as e:
         if not is_user_error(e):

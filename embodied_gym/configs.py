@@ -29,7 +29,7 @@ _META = "embodied_gym"
 
 def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, help: str = "",
             flag: str | None = None, aliases: tuple[str, ...] = (), metavar: str | tuple[str, ...] | None = None,
-            choices: tuple | None = None, cli: bool = True) -> Any:
+            choices: tuple | None = None, cli: bool = True, required: bool = False) -> Any:
     """A dataclass field with its command-line spelling.
 
     Args:
@@ -39,9 +39,11 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
         aliases: older spellings still accepted (they print nothing different).
         metavar, choices: as ``argparse``.
         cli: False for settings only a program sets (a progress callback, say).
+        required: the command line (or ``--config`` file) must give it, although the dataclass has a
+            default (None) so that another config can nest this one and fill it in.
     """
     meta = {_META: {"help": help, "flag": flag, "aliases": tuple(aliases), "metavar": metavar,
-                    "choices": choices, "cli": cli}}
+                    "choices": choices, "cli": cli, "required": required}}
     kw: dict[str, Any] = {"metadata": meta}
     if default is not dataclasses.MISSING:
         kw["default"] = default
@@ -52,7 +54,7 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
 
 def _meta(f: dataclasses.Field) -> dict:
     return f.metadata.get(_META, {"help": "", "flag": None, "aliases": (), "metavar": None, "choices": None,
-                                  "cli": True})
+                                  "cli": True, "required": False})
 
 
 def _strip_optional(tp) -> tuple[Any, bool]:
@@ -98,7 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") 
             add_arguments(parser, tp, f"{prefix}{f.name}.")
             continue
         names = [_flag_name(prefix, f), *(m["aliases"] if not prefix else ())]
-        kw: dict[str, Any] = {"dest": _dest(prefix, f.name), "default": argparse.SUPPRESS, "help": m["help"] or None}
+        help_text = m["help"] or ""
+        if f.default not in (dataclasses.MISSING, None) and "default" not in help_text:
+            shown = " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+            help_text = f"{help_text} (default {shown})".strip()
+        kw: dict[str, Any] = {"dest": _dest(prefix, f.name), "default": argparse.SUPPRESS,
+                              "help": help_text.replace("%", "%%") or None}
         if m["metavar"] is not None:
             kw["metavar"] = m["metavar"]
         origin, args = get_origin(tp), get_args(tp)
@@ -197,9 +204,10 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
             if name in source:
                 init[name] = source[name]
                 break
-    missing = sorted(required - set(init))
+    missing = sorted(n for n in required if init.get(n) is None)
     if missing:
-        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        by_name = {f.name: f for f in dataclasses.fields(cls)}
+        flags = ", ".join(_flag_name("", by_name[n]) for n in missing)
         raise ValueError(f"missing required setting(s) {missing}: pass {flags} or set them in --config FILE")
     obj = cls(**init)
     merge(obj, {k: v for k, v in from_file.items() if k not in required}, str(config))
@@ -211,7 +219,8 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
 
 def _required(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+            if (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            or _meta(f).get("required")}
 
 
 def to_dict(obj) -> dict:

@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from embodied_gym.atomic import atomic_path
+
 
 def quiet_libav() -> None:
     """Stop FFmpeg from printing its informational lines (libx264's ``264 - core ...`` banner, once
@@ -30,8 +32,7 @@ def write_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int = 
         raise ValueError("write_mp4 needs at least one frame")
     h, w = frames[0].shape[:2]
     quiet_libav()
-    tmp = f"{path}.tmp.mp4"
-    with av.open(tmp, mode="w") as container:
+    with atomic_path(path) as tmp, av.open(str(tmp), mode="w") as container:
         # x264's own statistics would print a dozen lines per file once LeRobot has restored FFmpeg's logger
         stream = container.add_stream("libx264", rate=fps, options={"x264-params": "log=-1"})
         stream.width, stream.height = w - w % 2, h - h % 2  # yuv420p needs even sizes
@@ -40,4 +41,3 @@ def write_mp4(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: int = 
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(f[: stream.height, : stream.width]), format="rgb24")
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
-    os.replace(tmp, path)

@@ -105,7 +105,7 @@ def test_reader_describes_the_dataset_and_decodes_what_lerobot_decodes(sim_datas
         ds.frames("cam_front", 0)
 
 
-def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path):
+def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path, capsys):
     from embodied_gym.cli import main
 
     root = tmp_path / "broken"
@@ -115,8 +115,8 @@ def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path):
     rel = str(victim.relative_to(root))
     with pytest.raises(DatasetError, match=f"dataset {root}: {rel} is damaged or truncated"):
         load_episodes(root)
-    with pytest.raises(SystemExit, match=f"replay: dataset {root}: {rel} is damaged"):
-        main(["replay", "--dataset", str(root), "--out", str(tmp_path / "r")])
+    assert main(["replay", "--dataset", str(root), "--out", str(tmp_path / "r")]) == 2
+    assert f"replay: error: dataset {root}: {rel} is damaged" in capsys.readouterr().err
     video_root = tmp_path / "broken_video"
     shutil.copytree(sim_dataset, video_root)
     video = sorted((video_root / "videos").rglob("*.mp4"))[-1]
@@ -126,17 +126,18 @@ def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path):
         open_dataset(video_root).frames("cam_high", 1)
 
 
-def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path):
+def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path, capsys):
     from embodied_gym.cli import main
 
     with pytest.raises(DatasetError, match=r"has episodes 0-1; episode\(s\) \[99\] out of range"):
         load_episodes(sim_dataset, [99])
-    with pytest.raises(SystemExit, match=rf"dataset {sim_dataset} has episodes 0-1; episode\(s\) \[99\] out of range"):
-        main(["replay", "--dataset", str(sim_dataset), "--episodes", "99", "--out", str(tmp_path / "r")])
+    assert main(["replay", "--dataset", str(sim_dataset), "--episodes", "99", "--out", str(tmp_path / "r")]) == 2
+    assert f"dataset {sim_dataset} has episodes 0-1; episode(s) [99] out of range" in capsys.readouterr().err
     with pytest.raises(DatasetError, match="out of range"):
         open_dataset(sim_dataset).frames("cam_high", 2)
-    with pytest.raises(SystemExit, match=r"has episodes 0-1; episode\(s\) \[99\] out of range"):
-        main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99", "--out", str(tmp_path / "a")])
+    assert main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99",
+                 "--out", str(tmp_path / "a")]) == 2
+    assert "has episodes 0-1; episode(s) [99] out of range" in capsys.readouterr().err
 
 
 def test_a_damaged_sidecar_line_is_named(sim_dataset, tmp_path):

@@ -64,7 +64,7 @@ def _payload(marker) -> str:
 
 @pytest.mark.parametrize("entry,refused", [("policy_class", True), ("my_extra_entry", True), ("policy_kwargs", True),
                                            ("observation_space", False), ("lr_schedule", False)])
-def test_crafted_sb3_zip_runs_no_code(state_ppo, tmp_path, entry, refused):
+def test_crafted_sb3_zip_runs_no_code(state_ppo, tmp_path, entry, refused, capsys):
     """A pickle payload in any entry never runs: entries embodied-gym needs from a pickle (the policy class,
     policy_kwargs) are refused; those it rebuilds from readable fields (spaces, schedules) are ignored."""
     marker = tmp_path / "pwned"
@@ -82,9 +82,8 @@ def test_crafted_sb3_zip_runs_no_code(state_ppo, tmp_path, entry, refused):
         load_agent(str(evil))
     assert str(evil) in str(e.value) and repr(entry) in str(e.value) and not marker.exists()
     # the eval command: a one-line error, no file
-    with pytest.raises(SystemExit) as e:
-        main(["eval", "--policy", str(evil), "--env", ENV, "--episodes", "1"])
-    assert "--trust-policy-file" in str(e.value.code) and not marker.exists()
+    assert main(["eval", "--policy", str(evil), "--env", ENV, "--episodes", "1"]) == 2
+    assert "--trust-policy-file" in capsys.readouterr().err and not marker.exists()
 
 
 def test_trust_policy_file_is_sb3s_own_loader(state_ppo, tmp_path):
@@ -159,7 +158,7 @@ def _act_folder(root, pre_steps, config_type="act"):
     {"class": "pathlib.Path.touch", "config": {"self": "{marker}"}},
     {"registry_name": "tokenizer_processor", "config": {"tokenizer_name": "{marker}"}},  # registered, not ACT's
 ])
-def test_crafted_act_folder_runs_no_code(tmp_path, step):
+def test_crafted_act_folder_runs_no_code(tmp_path, step, capsys):
     marker = tmp_path / "pwned"
     step = json.loads(json.dumps(step).replace("{marker}", str(marker)))
     folder = _act_folder(tmp_path / "act", [{"registry_name": "to_batch_processor", "config": {}}, step])
@@ -170,9 +169,8 @@ def test_crafted_act_folder_runs_no_code(tmp_path, step):
     assert "policy_preprocessor.json" in msg and "step 1" in msg and repr(named) in msg
     assert all(name in msg for name in ACT_PROCESSOR_STEPS) and "--trust-policy-file" in msg
     assert not marker.exists()
-    with pytest.raises(SystemExit) as e:
-        main(["eval", "--policy", str(folder), "--env", ENV, "--episodes", "1"])
-    assert "policy_preprocessor.json" in str(e.value.code) and not marker.exists()
+    assert main(["eval", "--policy", str(folder), "--env", ENV, "--episodes", "1"]) == 2
+    assert "policy_preprocessor.json" in capsys.readouterr().err and not marker.exists()
 
 
 def test_act_folder_of_another_policy_type_refused(tmp_path):

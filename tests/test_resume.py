@@ -249,7 +249,8 @@ def test_bugs_are_not_user_errors():
     (["record", "--env", "E", "--out", "D", "--resume"], ["saved in D", "with the same command"]),
     (["replay", "--dataset", "D"], ["nothing was written"]),
     (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "physaligner"], ["r.json.work", "rerun"]),
-    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["sa keeps no checkpoint"]),
+    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["keeps no checkpoint"]),
+    (["generate", "--out", "G", "--task", "PickCup"], ["kept in G/sim", "rerun the same command"]),
     (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoint", "rerun the same command"]),
     (["visaligner", "render", "--dataset", "D", "--model", "M", "--out", "G"], ["saved in G", "--resume"]),
     (["train", "act", "--dataset", "D", "--out", "A"], ["A/checkpoints", "plus --resume"]),
@@ -257,7 +258,8 @@ def test_bugs_are_not_user_errors():
     (["eval", "--policy", "expert", "--env", "E"], ["nothing was written"]),
 ])
 def test_every_long_command_says_what_ctrl_c_kept(argv, says):
-    from embodied_gym.cli import _interrupted_note, build_parser
+    from embodied_gym.cli import build_parser
 
-    note = _interrupted_note(build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    note = args._command.interrupted(args)
     assert all(s in note for s in says), note

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from embodied_gym import atomic
 from embodied_gym.data.reader import Episode, dataset_repo_id, load_episodes  # noqa: F401 (older imports)
 from embodied_gym.envs import robot as layout
 from embodied_gym.envs.tasks import layout_from_poses
@@ -91,7 +92,39 @@ def plot_replay(results: list[ReplayResult], path: str | os.PathLike, labels: li
                           f" joint RMSE {s['joint_rmse_rad']:.3f} rad", transform=axes[row, 1].transAxes, fontsize=8)
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=110)
+    with atomic.atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
+
+
+def replay_dataset(dataset: str | os.PathLike, out: str | os.PathLike, episodes: list[int] | None = None,
+                   task: str | None = None, physics=None, plot_episodes: int = 3) -> dict:
+    """Replay ``episodes`` (all by default) of a recorded dataset open-loop and write
+    ``out/replay.json`` (per-episode and mean errors) and ``out/replay.png``.
+
+    Args:
+        task: the task (default: the recording's).
+        physics: the simulator's physics (default: nominal).
+        plot_episodes: how many episodes ``replay.png`` draws.
+
+    Returns:
+        What ``replay.json`` holds: the dataset, physics, task, ``mean`` and per-episode rows.
+
+    Raises:
+        DatasetError: the dataset cannot be read, or its task is unknown and ``task`` not given.
+    """
+    from embodied_gym.data.reader import open_dataset
+
+    ds = open_dataset(dataset)
+    chosen = ds.episodes(episodes)
+    task = task or ds.require_task()
+    results = [replay_episode(ep, task, physics=physics) for ep in chosen]
+    rows = [r.summary() for r in results]
+    mean = {k: float(sum(r[k] for r in rows) / len(rows)) for k in ("joint_rmse_rad", "translation_error_m",
+                                                                       "rotation_error_rad")}
+    os.makedirs(out, exist_ok=True)
+    summary = {"dataset": str(dataset), "physics": None if physics is None else str(physics), "task": task,
+               "mean": mean, "episodes": rows}
+    atomic.write_json(os.path.join(out, "replay.json"), summary)
+    plot_replay(results[:plot_episodes], os.path.join(out, "replay.png"))
+    return summary

@@ -22,6 +22,7 @@ import dataclasses
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from embodied_gym.atomic import write_json
@@ -69,12 +70,10 @@ def stage_record(cfg: DemoConfig, task: str, folder: Path) -> dict:
 def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:
     from embodied_gym.physaligner import ParameterSpace
     from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
-    from embodied_gym.physaligner.space import parameter_names
 
     c = cfg.calibrate
-    frozen = [n for n in parameter_names() if n not in c.free] if c.free else []
     settings = {k: v for k, v in dataclasses.asdict(c).items() if k != "free"}
-    result = calibrate(dataset, task, folder / "result.json", ParameterSpace(frozen=frozen),
+    result = calibrate(dataset, task, folder / "result.json", ParameterSpace.with_free(c.free or None),
                        CalibrationConfig(**settings))
     return {"result": str(folder / "result.json"), "report": str(folder / "result.report.md"),
             "paths_png": str(folder / "result.paths.png"), "held_out_errors": result["held_out_errors"],
@@ -82,57 +81,36 @@ def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> d
 
 
 def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, physics: str) -> dict:
-    from embodied_gym.visaligner.train import TrainConfig, train
+    from embodied_gym.visaligner.train import train
 
-    v = cfg.visaligner
-    train(TrainConfig(dataset=dataset, out=str(folder / "train"), preset=v.preset, camera=cfg.record.camera,
-                      physics=physics, model=dict(v.model), vae_steps=v.vae_steps, steps=v.steps,
-                      batch_size=v.batch_size, sample_every=v.sample_every, sample_steps=v.sample_steps))
+    train(replace(cfg.visaligner, dataset=dataset, out=str(folder / "train"), camera=cfg.record.camera,
+                  physics=physics, model=dict(cfg.visaligner.model)))
     return {"model": str(folder / "train" / "model"), "samples": str(folder / "train" / "samples")}
 
 
 def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str) -> dict:
-    from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligned_demos
+    from embodied_gym.visaligner.generate import generate_aligned_demos
 
-    g, r = cfg.generate, cfg.record
-    reference = _first_frame(real_dataset, r.camera, folder / "reference.png")
-    return generate_aligned_demos(AlignedDemosConfig(
-        task=task, episodes=g.episodes, physics=physics, model=model, reference=str(reference), camera=r.camera,
-        image_size=tuple(r.image_size), seed=g.seed, max_episode_steps=cfg.max_episode_steps,
-        num_inference_steps=g.num_inference_steps, frame_stride=g.frame_stride, batch_episodes=g.batch_episodes),
-        folder)
-
-
-def _first_frame(dataset: str, camera: str, png: Path) -> Path:
-    """Frame 0 of episode 0 of ``dataset``'s ``camera``: the real reference image VisAligner starts from."""
-    from PIL import Image
-
-    from embodied_gym.data.reader import open_dataset
-
-    Image.fromarray(open_dataset(dataset).frames(camera, 0)[0]).save(png)
-    return png
+    r = cfg.record
+    return generate_aligned_demos(replace(cfg.generate, task=task, physics=physics, model=model,
+                                          reference=str(real_dataset), camera=r.camera,
+                                          image_size=tuple(r.image_size), max_episode_steps=cfg.max_episode_steps),
+                                  folder)
 
 
 def stage_act(cfg: DemoConfig, folder: Path, dataset: str) -> dict:
-    from embodied_gym.policies.act import ACTTrainConfig, train_act
+    from embodied_gym.policies.act import train_act
 
-    a = cfg.act
-    res = train_act(ACTTrainConfig(dataset=dataset, out=str(folder / "policy"), preset=a.preset,
-                                   cameras=(cfg.record.camera,), steps=a.steps, batch_size=a.batch_size,
-                                   image_size=a.image_size))
+    res = train_act(replace(cfg.act, dataset=dataset, out=str(folder / "policy"), cameras=(cfg.record.camera,)))
     return {"policy": res.out, "steps": res.steps, "final_loss": res.final_loss, "train_time_s": res.train_time_s}
 
 
 def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: str, model: str) -> dict:
     import embodied_gym
-    from embodied_gym.policies.tpo import TPOConfig, train_tpo
+    from embodied_gym.policies.tpo import train_tpo
 
-    t = cfg.tpo
-    log = train_tpo(TPOConfig(policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
-                              iterations=t.iterations, pairs=t.pairs, rollouts=t.rollouts, epochs=t.epochs,
-                              beta=t.beta, physics=physics, visaligner=model, visaligner_steps=t.visaligner_steps,
-                              sft_weight=t.sft_weight,
-                              max_episode_steps=cfg.max_episode_steps))
+    log = train_tpo(replace(cfg.tpo, policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
+                            physics=physics, visaligner=model, max_episode_steps=cfg.max_episode_steps))
     return {"policy": str(folder / "tpo"), "log": log}
 
 

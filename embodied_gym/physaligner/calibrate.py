@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from embodied_gym.atomic import write_json
+from embodied_gym.configs import setting
 from embodied_gym.data.reader import Episode, load_episodes
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
@@ -41,23 +42,28 @@ _PROBE_RISE = 0.01
 
 @dataclass
 class CalibrationConfig:
-    method: str = RECOMMENDED
-    held_out: float = 0.2  # fraction of episodes kept for evaluation
-    samples: int = 64  # physaligner stage 1: θ samples
-    surrogate_epochs: int = 30
-    restarts: int = 4
-    refine_steps: int = 400
-    sa_steps: int = 2000
-    cmaes_evaluations: int = 2000
-    sysid_iterations: int = 20
-    horizon: int = 1  # physaligner stage 3: surrogate unroll length (1 = the paper's one-step loss)
-    budget_s: float | None = None  # wall-time budget of the search (sa, cmaes, sysid)
-    workers: int | None = None
-    torch_threads: int | None = 1  # physaligner stages 2-3: small tensors gain nothing from more, and
-    # oversubscribed cores (other jobs, stage-1 workers) slow multi-threaded torch down by an order of magnitude
-    backend: str = "processes"  # physaligner stage 1: "processes" or "ray"
-    ray_address: str | None = None
-    seed: int = 0
+    """How one calibration runs; also the ``embodied-gym calibrate`` command line and its ``--config`` YAML."""
+
+    method: str = setting(RECOMMENDED, choices=METHODS,
+                          help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
+    held_out: float = setting(0.2, help="fraction of episodes kept out of the fit to judge it")
+    samples: int = setting(64, help="physaligner stage 1: θ samples")
+    surrogate_epochs: int = setting(30, aliases=("--epochs",), help="physaligner stage 2: surrogate epochs")
+    restarts: int = setting(4, help="physaligner stage 3: restarts")
+    refine_steps: int = setting(400, help="physaligner stage 3: Adam steps per restart")
+    sa_steps: int = setting(2000, help="sa: annealing steps (SimplerEnv: 2000)")
+    cmaes_evaluations: int = setting(2000, help="cmaes: objective evaluations")
+    sysid_iterations: int = setting(20, help="sysid: Gauss-Newton iterations")
+    horizon: int = setting(1, help="physaligner stage 3: surrogate unroll length (1 = the paper's one-step loss)")
+    budget_s: float | None = setting(None, flag="--budget", help="wall-time budget of the search, seconds")
+    workers: int | None = setting(None, help="stage-1 processes (default: all CPUs)")
+    # Small tensors gain nothing from more threads, and oversubscribed cores (other jobs, stage-1
+    # workers) slow multi-threaded torch down by an order of magnitude.
+    torch_threads: int | None = setting(1, help="physaligner stages 2-3: torch threads")
+    backend: str = setting("processes", choices=("processes", "ray"),
+                           help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')")
+    ray_address: str | None = setting(None, help="Ray cluster address for --backend ray (default: a local Ray)")
+    seed: int = setting(0, help="seed of the split and every method")
 
 
 @dataclass

@@ -88,6 +88,22 @@ class ParameterSpace:
         self.frozen = tuple(sorted(frozen))
         self.params = tuple(params)
 
+    @classmethod
+    def with_free(cls, free: Iterable[str] | None, base: PhysicsParams | None = None) -> "ParameterSpace":
+        """The space where only ``free`` (parameter names) are calibrated; all of them when None.
+
+        Raises:
+            ValueError: a name that is no parameter (the message lists the valid form).
+        """
+        if free is None:
+            return cls(base=base)
+        free = list(free)
+        unknown = [n for n in free if n not in parameter_names()]
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown}; names look like kp.left_waist, damping.right_elbow, "
+                             f"gripper_kp (all: {parameter_names()})")
+        return cls(base=base, frozen=[n for n in parameter_names() if n not in free])
+
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.params]

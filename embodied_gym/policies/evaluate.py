@@ -6,7 +6,6 @@ start states (on sim ids; a Real id's robot adds its own noise).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -14,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from embodied_gym import atomic
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -148,7 +149,31 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
         env.close()
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(str(out) + ".tmp")
-        tmp.write_text(json.dumps(result.to_json(), indent=2))
-        os.replace(tmp, out)
+        atomic.write_json(out, result.to_json())
     return result
+
+
+def evaluate_experts(tasks: list[str] | None, episodes: int, seed: int, out: str | os.PathLike, camera: str = "cam_high",
+                     progress: bool = True) -> dict[str, EvalResult]:
+    """Every task's scripted expert in the sim, evaluated like any policy: ``out/<task>/`` holds the
+    videos of its first episodes, ``out/summary.json`` every task's success rate.
+
+    Raises:
+        ValueError: an unknown task.
+    """
+    import embodied_gym
+    from embodied_gym.envs.tasks import TASKS
+
+    tasks = list(tasks or TASKS)
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)}")
+    results = {}
+    for task in tasks:
+        results[task] = evaluate_policy("expert", embodied_gym.env_id(task), episodes, seed,
+                                        videos=str(Path(out) / task), cameras=(camera,), progress=progress)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    atomic.write_json(Path(out) / "summary.json",
+                      {t: {"success_rate": r.success_rate, "ci95": list(r.ci95), "episodes": r.episodes,
+                           "videos": str(Path(out) / t)} for t, r in results.items()})
+    return results

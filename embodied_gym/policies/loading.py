@@ -711,15 +711,10 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
                  render_mode: str | None = None, extra_cameras: tuple[str, ...] = (),
                  visaligner_steps: int | None = None, **kwargs):
     """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim;
-    ``visaligner_steps`` denoising steps per generated frame, default the model's)."""
-    import gymnasium as gym
+    ``visaligner_steps`` denoising steps per generated frame, default the model's), through
+    :func:`embodied_gym.factory.make_env`."""
+    from embodied_gym.factory import make_env
 
-    import embodied_gym  # noqa: F401  (registers the ids)
-
-    if env_id not in gym.registry:
-        ids = sorted(k for k in gym.registry if k.startswith("EmbodieDreamer-"))
-        raise ValueError(f"unknown env id {env_id!r}; valid: {ids}")
-    real = embodied_gym.parse_env_id(env_id).real
     kw = agent.requirements.env_kwargs()
     if extra_cameras:
         cams = tuple(dict.fromkeys(tuple(kw.get("cameras", ())) + tuple(extra_cameras)))
@@ -727,29 +722,10 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
         if kw["obs_type"] == "state":
             kw["obs_type"] = "pixels_state"
     kw.update(kwargs)
-    if physics is not None:
-        kw["physics"] = physics
     if render_mode:
         kw["render_mode"] = render_mode
-    if real:
-        kw.setdefault("realtime", False)
-        if robot_config:
-            kw["robot_config"] = robot_config
-    elif robot_config:
-        raise ValueError("robot_config only applies to -Real- env ids")
-    if visaligner:
-        if real:
-            raise ValueError("--visaligner renders sim frames photoreal; it makes no sense on a -Real- id")
-        try:
-            from embodied_gym.wrappers.visaligner import VisAlignerWrapper
-        except ImportError as e:
-            raise RuntimeError(f"VisAligner is not available in this installation ({e}); it comes with issue 5 "
-                               f"(embodied_gym.wrappers.visaligner). Evaluate without --visaligner meanwhile.") from None
-        cams = tuple(kw.get("cameras", ()))
-        env = VisAlignerWrapper(gym.make(env_id, **kw), visaligner, camera=cams[0] if cams else "cam_high",
-                                num_inference_steps=visaligner_steps)
-    else:
-        env = gym.make(env_id, **kw)
+    env = make_env(env_id, robot_config=robot_config, physics=physics, visaligner=visaligner,
+                   visaligner_steps=visaligner_steps, **kw)
     if isinstance(agent, ExpertAgent):
         agent.bind(env)
     return env

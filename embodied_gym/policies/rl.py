@@ -101,9 +101,7 @@ def save_sb3(model, path, env=None, **settings) -> Path:
     embodied-gym envs, unwrapped through wrappers); ``settings`` adds or overrides keys (e.g.
     ``task="PickCup"``, ``wrapper="ReachStageWrapper"``). Both files are written atomically (temporary
     file, then rename). Returns the zip's path."""
-    import os
-
-    from embodied_gym.atomic import write_json
+    from embodied_gym.atomic import atomic_path, write_json
     from embodied_gym.policies.loading import SB3_SIDECAR_SUFFIX
 
     path = Path(path)
@@ -115,8 +113,7 @@ def save_sb3(model, path, env=None, **settings) -> Path:
         meta.update(env_settings(env))
     meta.update(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    model.save(str(tmp))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        model.save(str(tmp))
     write_json(path.with_suffix(SB3_SIDECAR_SUFFIX), meta)
     return path

@@ -50,6 +50,7 @@ import torch
 
 from embodied_gym import atomic
 from embodied_gym.checkpoints import CheckpointStore
+from embodied_gym.configs import setting
 from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, save_checkpoint
 from embodied_gym.policies.scoring import target_distance, trajectory_score
@@ -57,28 +58,30 @@ from embodied_gym.policies.scoring import target_distance, trajectory_score
 
 @dataclass
 class TPOConfig:
-    """One TPO run (defaults: the paper's TPO settings where it gives them, GRAPE's β = 0.1)."""
+    """One TPO run (defaults: the paper's TPO settings where it gives them, GRAPE's β = 0.1); also
+    the ``embodied-gym train tpo`` command line and its ``--config`` YAML."""
 
-    policy: str
-    env_id: str
-    out: str
-    iterations: int = 3
-    rollouts: int | None = None  # per iteration; default 2 * pairs
-    pairs: int = 25  # M
-    beta: float = 0.1
-    epochs: int = 80
-    lr: float = 1e-5
-    batch_size: int = 8  # pairs per gradient step
-    laplace_scale: float = 0.1  # b, normalised action units
-    sft_weight: float = 0.0  # > 0 adds ACT's L1 loss on the preferred trajectories (not in the paper; see above)
-    physics: str | None = None
-    visaligner: str | None = None
-    visaligner_steps: int | None = None  # denoising steps per generated frame (default: the model's)
-    seed: int = 0
-    eval_episodes: int = 0
-    num_threads: int | None = None
-    max_episode_steps: int | None = None  # rollout length (default: the env's time limit)
-    progress: bool = True
+    policy: str | None = setting(None, required=True, help="ACT folder (the reference policy)")
+    env_id: str | None = setting(None, required=True, flag="--env", help="sim env id, e.g. EmbodieDreamer-PickCup-v0")
+    out: str | None = setting(None, required=True, help="output folder: checkpoints/, tpo_log.jsonl, tpo.png")
+    iterations: int = setting(3, help="rollout-and-update iterations")
+    rollouts: int | None = setting(None, help="rollouts per iteration (default 2 x pairs)")
+    pairs: int = setting(25, help="M: top-M vs bottom-M trajectories (default 25)")
+    beta: float = setting(0.1, help="β of the preference loss")
+    epochs: int = setting(80, help="passes over the preference pairs per iteration")
+    lr: float = setting(1e-5, help="learning rate")
+    batch_size: int = setting(8, help="preference pairs per gradient step")
+    laplace_scale: float = setting(0.1, help="b of the Laplace likelihood, in normalised action units")
+    sft_weight: float = setting(0.0, help="add this times ACT's L1 loss on the preferred trajectories "
+                                          "(default 0: the paper's loss)")
+    physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
+    visaligner: str | None = setting(None, help="VisAligner model folder (observations rendered photoreal)")
+    visaligner_steps: int | None = setting(None, help="denoising steps per generated frame (default: the model's)")
+    seed: int = setting(0, help="seed of the rollouts and the pair sampler")
+    eval_episodes: int = setting(0, help="greedy evaluation episodes after each iteration")
+    num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
+    max_episode_steps: int | None = setting(None, help="rollout length (default: the env's time limit)")
+    progress: bool = setting(True, cli=False)
 
     def n_rollouts(self) -> int:
         return self.rollouts if self.rollouts is not None else 2 * self.pairs
@@ -204,9 +207,16 @@ def _action_std(agent) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- the loop
 def train_tpo(cfg: TPOConfig) -> list[dict]:
-    """Run (or resume) the TPO loop; returns the per-iteration log."""
+    """Run (or resume) the TPO loop; returns the per-iteration log.
+
+    Raises:
+        ValueError: a missing policy, env id or output folder, or a -Real- env id.
+    """
     from tqdm import tqdm
 
+    if not (cfg.policy and cfg.env_id and cfg.out):
+        raise ValueError("TPO needs a reference policy, a sim env id and an output folder "
+                         "(--policy DIR --env ID --out DIR)")
     from lerobot.optim.optimizers import load_optimizer_state
 
     import embodied_gym

@@ -1,5 +1,5 @@
 """Training data from the aligned simulator: expert demonstrations in the calibrated sim whose camera
-frames VisAligner renders as the real camera would show them (SPEC §3, the paper's data engine).
+frames VisAligner renders as the real camera would show them (the paper's data engine, arXiv 2507.05198).
 
 Two steps, both resumable:
 
@@ -16,25 +16,29 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from embodied_gym.configs import setting
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 
 
 @dataclass
 class AlignedDemosConfig:
-    """Which demonstrations to generate, and how VisAligner renders them."""
+    """Which demonstrations to generate, and how VisAligner renders them; also the
+    ``embodied-gym generate`` command line and its ``--config`` YAML."""
 
-    task: str
-    episodes: int
-    physics: str | None  # calibrated physics (a calibration result JSON); None = nominal
-    model: str  # VisAligner model folder
-    reference: str  # a real camera frame (image file) every episode starts from
-    camera: str = "cam_high"
-    image_size: tuple[int, int] = (64, 80)
-    seed: int = 10_000  # episode i is reset with seed + i (keep it apart from the real recording's seeds)
-    max_episode_steps: int | None = None
-    num_inference_steps: int | None = None  # default: the model's
-    frame_stride: int | None = None  # default: the model's
-    batch_episodes: int = 8
+    task: str | None = setting(None, required=True, help="task name, e.g. PickCup")
+    episodes: int | None = setting(None, required=True, help="expert demonstrations to generate")
+    model: str | None = setting(None, required=True, help="VisAligner model folder (visaligner train's OUT/model)")
+    reference: str | None = setting(None, required=True,
+                                    help="a real camera frame every episode starts from: an image file, or a "
+                                         "recorded dataset (its first frame of --camera)")
+    physics: str | None = setting(None, help="calibrated physics (a calibration result JSON); default nominal")
+    camera: str = setting("cam_high", help="the camera VisAligner renders")
+    image_size: tuple[int, int] = setting((64, 80), metavar=("H", "W"), help="recorded frame size")
+    seed: int = setting(10_000, help="episode i is reset with seed + i (keep it apart from the real recording's)")
+    max_episode_steps: int | None = setting(None, help="episode time limit (default: the task's)")
+    num_inference_steps: int | None = setting(None, help="VisAligner denoising steps (default: the model's)")
+    frame_stride: int | None = setting(None, help="generate every k-th frame and hold it (default: the model's)")
+    batch_episodes: int = setting(8, help="episodes generated together")
 
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
@@ -47,7 +51,9 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
     from embodied_gym.visaligner.render import render_dataset
 
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     env_id = embodied_gym.env_id(cfg.task)
+    reference = reference_image(cfg.reference, cfg.camera, out / "reference.png")
     sim_root, aligned_root = out / "sim", out / "aligned"
     done = _episodes(sim_root)
     if done < cfg.episodes:
@@ -66,12 +72,35 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
     rendered = _episodes(aligned_root)
     render = {"episodes": rendered}
     if rendered < cfg.episodes:
-        render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=cfg.reference,
+        render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=str(reference),
                                 physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
                                 frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
                                 resume=is_dataset(aligned_root), progress=progress)
-    return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(cfg.reference),
+    return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(reference),
             "sim_expert_success": _success_rate(sim_root), "render": render}
+
+
+def reference_image(reference: str | os.PathLike, camera: str, png: Path) -> Path:
+    """``reference`` itself when it is an image file; for a recorded dataset, frame 0 of its episode 0
+    of ``camera``, written to ``png``.
+
+    Raises:
+        FileNotFoundError: ``reference`` is neither.
+    """
+    ref = Path(reference)
+    if ref.is_file():
+        return ref
+    if is_dataset(ref):
+        from PIL import Image
+
+        from embodied_gym.atomic import atomic_path
+        from embodied_gym.data.reader import open_dataset
+
+        with atomic_path(png) as tmp:
+            Image.fromarray(open_dataset(ref).frames(camera, 0)[0]).save(tmp, format="PNG")
+        return png
+    raise FileNotFoundError(f"reference {reference}: neither an image file nor a recorded dataset; give a real "
+                            f"camera frame (PNG/JPEG) or the dataset recorded on the robot")
 
 
 def _episodes(root: Path) -> int:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from embodied_gym.atomic import atomic_path
+
 PSNR_CAP_DB = 100.0  # the PSNR of identical frames (the MSE is 0)
 
 
@@ -178,9 +180,8 @@ def train_local3d(real_videos: list[np.ndarray], sim_videos: list[np.ndarray], p
         loss.backward()
         opt.step()
         loss_v, acc = loss.item(), float((logits.argmax(1) == y).float().mean())
-    tmp = f"{path}.tmp"
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
     return Local3DResult(os.fspath(path), file_sha256(path), loss_v, acc)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from embodied_gym.atomic import write_npz
 from embodied_gym.data.reader import Episode, open_dataset
 from embodied_gym.visaligner.conditioning import make_object_masker, object_mask_from_segmentation
 
@@ -141,9 +142,7 @@ def save_paired(path: str | os.PathLike, episodes: list[PairedEpisode], meta: di
     for ep in episodes:
         for k in ("real", "sim", "sim_mask", "real_mask"):
             arrays[f"{ep.index}/{k}"] = getattr(ep, k)
-    tmp = f"{path}.tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, path)
+    write_npz(path, **arrays)
 
 
 def load_paired(path: str | os.PathLike) -> tuple[list[PairedEpisode], dict]:

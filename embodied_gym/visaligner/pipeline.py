@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from diffusers import DiffusionPipeline
 from diffusers.utils import BaseOutput
 
+from embodied_gym.atomic import atomic_path
 from embodied_gym.visaligner.conditioning import condition_video
 from embodied_gym.visaligner.model import (ReferenceEncoder, build_models, denoiser_output, make_scheduler,
                                            temporal_layers_off)
@@ -122,9 +123,8 @@ def save_png(path: str | os.PathLike, image: np.ndarray, scale: int = 1) -> None
 
     if scale > 1:
         image = cv2.resize(image, (image.shape[1] * scale, image.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
-    tmp = f"{os.fspath(path)}.tmp.png"
-    cv2.imwrite(tmp, np.ascontiguousarray(image[..., ::-1]))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        cv2.imwrite(str(tmp), np.ascontiguousarray(image[..., ::-1]))
 
 
 def _read_png(path: Path) -> np.ndarray:

@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from embodied_gym.atomic import atomic_dir, atomic_path
+from embodied_gym.configs import setting
 import torch.nn.functional as F
 
 from embodied_gym.visaligner.conditioning import condition_video
@@ -45,27 +47,31 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    """What :func:`train` does; ``model`` overrides fields of the preset's :class:`VisAlignerConfig`."""
+    """What :func:`train` does; ``model`` overrides fields of the preset's :class:`VisAlignerConfig`.
+    Also the ``embodied-gym visaligner train`` command line and its ``--config`` YAML."""
 
-    dataset: str
-    out: str
-    preset: str = "tiny"
-    camera: str = "cam_high"
-    episodes: list[int] | None = None  # training episodes (default: all)
-    physics: str | None = None  # calibrated physics for the replay (a PhysAligner result JSON)
-    sam_checkpoint: str | None = None
-    model: dict = field(default_factory=dict)
-    vae_steps: int = 400
-    vae_batch_size: int = 32
-    vae_lr: float = 2e-3
-    steps: int = 1000
-    batch_size: int = 4
-    lr: float = 1e-3
-    sample_every: int = 250
-    checkpoint_every: int = 100
-    sample_steps: int = 20
-    seed: int = 0
-    progress: bool = True
+    dataset: str | None = setting(None, required=True,
+                                  help="LeRobotDataset recorded with a camera (e.g. a -Real- id)")
+    out: str | None = setting(None, required=True, help="output folder (paired cache, checkpoint/, samples/, model/)")
+    preset: str = setting("tiny", choices=("tiny", "svd"), help="model preset (svd needs --pretrained)")
+    camera: str = setting("cam_high", help="the camera to align")
+    episodes: list[int] | None = setting(None, help="training episodes (default: all)")
+    physics: str | None = setting(None, help="calibrated physics JSON for the sim replay (default: nominal)")
+    sam_checkpoint: str | None = setting(None, help="segment-anything weights for real-video object masks "
+                                                    "(default: classical static-camera masks)")
+    model: dict = setting(default_factory=dict, help="VisAlignerConfig overrides, e.g. num_frames=8 use_masks=false")
+    vae_steps: int = setting(400, help="VAE fine-tuning steps")
+    vae_batch_size: int = setting(32, help="frames per VAE step")
+    vae_lr: float = setting(2e-3, help="VAE learning rate")
+    steps: int = setting(1000, help="denoiser training steps")
+    batch_size: int = setting(4, help="clips per denoiser step")
+    lr: float = setting(1e-3, help="denoiser learning rate")
+    sample_every: int = setting(250, help="steps between sample grids")
+    checkpoint_every: int = setting(100, help="steps between checkpoints")
+    sample_steps: int = setting(20, help="denoising steps of the sample grids")
+    seed: int = setting(0, help="seed")
+    num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads (1 is fastest on a busy machine)")
+    progress: bool = setting(True, cli=False)
 
 
 @dataclass
@@ -79,14 +85,8 @@ class EpisodeLatents:
 
 def _atomic_dir(write, final: Path) -> None:
     """Write a directory with ``write(tmp_dir)`` and swap it in place of ``final``."""
-    tmp, old = final.with_name(final.name + ".tmp"), final.with_name(final.name + ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    write(tmp)
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_dir(final) as tmp:
+        write(tmp)
 
 
 def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode) -> EpisodeLatents:
@@ -193,10 +193,9 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
     ax.set_ylabel("loss")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = f"{path}.tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator,
@@ -240,6 +239,11 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     """
     from accelerate import Accelerator
     from tqdm import tqdm
+
+    if not tc.dataset or not tc.out:
+        raise ValueError("VisAligner training needs a dataset and an output folder (--dataset DIR --out DIR)")
+    if tc.num_threads:
+        torch.set_num_threads(tc.num_threads)
 
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)

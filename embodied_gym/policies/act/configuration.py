@@ -50,8 +50,9 @@ PRESETS: dict[str, ACTPreset] = {
 class ACTTrainConfig:
     """One ACT training run. ``None`` fields take the preset's value."""
 
-    dataset: str = setting(help="LeRobotDataset folder (from `embodied-gym record` or `generate`)")
-    out: str = setting(help="output folder: checkpoints/, train_log.jsonl, loss.png")
+    dataset: str | None = setting(None, required=True,
+                                  help="LeRobotDataset folder (from `embodied-gym record` or `generate`)")
+    out: str | None = setting(None, required=True, help="output folder: checkpoints/, train_log.jsonl, loss.png")
     preset: str = setting("cpu", choices=tuple(PRESETS),
                           help="cpu: small ACT, 72x96 images, 2000 steps; paper: ACT's ALOHA sizes (default cpu)")
     cameras: tuple[str, ...] | None = setting(None, help="cameras to use (default: all in the dataset)")
@@ -81,8 +82,11 @@ class ACTTrainConfig:
         """The preset with this run's overrides applied.
 
         Raises:
-            ValueError: an unknown preset, or an override naming no ACTPreset field.
+            ValueError: no dataset or output folder, an unknown preset, or an override naming no
+                ACTPreset field.
         """
+        if not self.dataset or not self.out:
+            raise ValueError("ACT training needs a dataset and an output folder (--dataset DIR --out DIR)")
         if self.preset not in PRESETS:
             raise ValueError(f"unknown ACT preset {self.preset!r}; choose one of {sorted(PRESETS)}")
         unknown = sorted(set(self.overrides) - set(preset_field_names()))

@@ -1,0 +1,24 @@
+"""The ``embodied-gym`` commands, one module each, in the order of the pipeline.
+
+    record -> replay -> calibrate -> visaligner train -> visaligner render / generate
+           -> train act -> train tpo -> eval          (and: experts, demo: the whole loop)
+
+Each module is a thin command line over one library function and declares ``NAME`` (and
+``GROUP`` for two-word commands such as ``train act``), ``HELP``, ``add_arguments(parser)``,
+``run(args) -> exit status`` and ``interrupted(args)``: what a Ctrl-C kept and how to go on.
+"""
+
+from embodied_gym.commands import (calibrate, demo, evaluate, experts, generate, record, replay, train_act,
+                                   train_tpo, visaligner_render, visaligner_train)
+
+#: Every command, in pipeline order (the order of ``embodied-gym --help``).
+COMMANDS = (record, replay, calibrate, visaligner_train, visaligner_render, generate, train_act, train_tpo,
+            evaluate, experts, demo)
+
+#: Help of the two-word command groups.
+GROUPS = {
+    "visaligner": "VisAligner: sim renders -> the real camera's video (train, render)",
+    "train": "train a policy (act: imitation with LeRobot's ACT; tpo: preference RL in the aligned sim)",
+}
+
+__all__ = ["COMMANDS", "GROUPS"]

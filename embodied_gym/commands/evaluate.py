@@ -1,0 +1,51 @@
+"""``embodied-gym eval``: success of a policy with a Wilson interval (:func:`embodied_gym.policies.evaluate.evaluate_policy`)."""
+
+from __future__ import annotations
+
+import json
+
+NAME = "eval"
+HELP = "evaluate a policy: success with a Wilson 95 %% interval, returns, lengths"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--policy", required=True, help="'expert', an ACT folder, or a stable-baselines3 .zip")
+    p.add_argument("--env", required=True, help="sim or Real env id")
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
+    p.add_argument("--visaligner", help="VisAligner model folder: wrap the sim env's cameras")
+    p.add_argument("--physics", help="physics JSON for sim ids (e.g. a calibration result)")
+    p.add_argument("--robot-config", help="stand-in robot config for -Real- ids")
+    p.add_argument("--out", help="JSON file: success_rate, ci95, episodes, per-episode results")
+    p.add_argument("--videos", help="folder for videos of the first 3 episodes")
+    p.add_argument("--temporal-ensemble", type=float, metavar="COEFF", help="ACT: temporal ensembling at inference")
+    p.add_argument("--control-mode", help="the control mode the policy acts in (default: the one it was trained "
+                   "with, from its checkpoint)")
+    p.add_argument("--cameras", nargs="+", help="cameras to render (default: the policy's; must include them)")
+    p.add_argument("--image-size", nargs=2, type=int, metavar=("H", "W"),
+                   help="render size (default: the policy's training size; frames are resized to the policy's input)")
+    p.add_argument("--trust-policy-file", action="store_true",
+                   help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
+                        "(default: read it without unpickling or importing; see docs/policies.md)")
+    p.add_argument("--json", action="store_true", help="also print the summary as JSON")
+
+
+def run(args) -> int:
+    from embodied_gym.policies.evaluate import evaluate_policy
+
+    r = evaluate_policy(args.policy, args.env, args.episodes, args.seed, visaligner=args.visaligner,
+                        physics=args.physics, robot_config=args.robot_config, out=args.out, videos=args.videos,
+                        temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode,
+                        cameras=tuple(args.cameras) if args.cameras else None,
+                        image_size=tuple(args.image_size) if args.image_size else None,
+                        trust_policy_file=args.trust_policy_file)
+    print(r.summary())
+    if args.out:
+        print(f"per-episode results: {args.out}")
+    if args.json:
+        print(json.dumps({k: v for k, v in r.to_json().items() if k != "per_episode"}))
+    return 0
+
+
+def interrupted(args) -> str:
+    return "nothing was written (results are written at the end); rerun the same command"

@@ -1,0 +1,45 @@
+"""``embodied-gym record``: record episodes into a LeRobotDataset (:func:`embodied_gym.data.recording.record`)."""
+
+from __future__ import annotations
+
+NAME = "record"
+HELP = "record episodes of a policy (the scripted expert by default) into a local LeRobotDataset v3.0"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
+    p.add_argument("--policy", default="expert", help="'expert' (the scripted expert), an ACT folder or an SB3 .zip")
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--out", required=True, help="dataset folder")
+    p.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
+    p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
+    p.add_argument("--cameras", nargs="+", default=["cam_high"])
+    p.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
+    p.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
+    p.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
+    p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
+    p.add_argument("--trust-policy-file", action="store_true",
+                   help="load --policy with its library's own loader, which can run code from the file")
+
+
+def run(args) -> int:
+    from embodied_gym.data.recording import record
+    from embodied_gym.factory import make_agent, make_env
+
+    env = make_env(args.env, robot_config=args.robot_config, realtime=args.realtime, obs_type="pixels_state",
+                   cameras=tuple(args.cameras), image_size=tuple(args.image_size))
+    try:
+        policy = make_agent(args.policy, env, trust_policy_file=args.trust_policy_file)
+        summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
+                         env_id=args.env, vcodec=args.vcodec)
+    finally:
+        env.close()
+    print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
+          f"{summary.episodes} in total")
+    return 0
+
+
+def interrupted(args) -> str:
+    how = "the same command" if args.resume else "the same command plus --resume"
+    return (f"the episodes finished so far are saved in {args.out} (the one in progress is dropped); "
+            f"add the rest with {how}")
