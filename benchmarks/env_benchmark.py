@@ -22,9 +22,9 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import embodied_gym  # noqa: E402
-from embodied_gym.envs import robot  # noqa: E402
-from embodied_gym.envs.scene import N_SUBSTEPS  # noqa: E402
-from embodied_gym.envs.tasks import TASKS  # noqa: E402
+from embodied_gym.sim import robot  # noqa: E402
+from embodied_gym.sim.scene import N_SUBSTEPS  # noqa: E402
+from embodied_gym.sim.tasks import TASKS  # noqa: E402
 
 
 def steps_per_second(fn, n: int, repeats: int = 3) -> float:

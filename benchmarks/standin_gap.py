@@ -23,7 +23,7 @@ import embodied_gym  # noqa: E402
 from embodied_gym.data.recording import record  # noqa: E402
 from embodied_gym.data.reader import load_episodes  # noqa: E402
 from embodied_gym.data.replay import replay_episode  # noqa: E402
-from embodied_gym.envs.tasks import TASKS  # noqa: E402
+from embodied_gym.sim.tasks import TASKS  # noqa: E402
 
 
 def main():

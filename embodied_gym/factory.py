@@ -1,14 +1,14 @@
-"""The one place envs and agents are made from names: env ids, policy specs, command-line options.
+"""The one place envs are made from names: env ids and the options every command shares.
 
-Every command, the demo and the benchmarks go through these, so "a -Real- id takes a robot
-config", "VisAligner wraps a sim env's camera" and "the agent decides the env's kwargs" are each
-written once.
+Every command, the agent loader (:func:`embodied_gym.policies.loading.make_env_for`), the demo and
+the benchmarks go through :func:`make_env`, so "a -Real- id takes a robot config" and "VisAligner
+wraps a sim env's camera" are each written once.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 
 def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, physics=None,
@@ -56,40 +56,4 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
                              num_inference_steps=visaligner_steps)
 
 
-def make_agent(spec: str, env, *, trust_policy_file: bool = False) -> Callable:
-    """``agent(obs, info) -> action`` for ``spec`` ("expert", an ACT folder, an SB3 ``.zip``) acting in
-    ``env``; it resets itself at every episode start.
-
-    Raises:
-        ValueError: the policy needs a control mode or cameras ``env`` does not have (the message
-            says which).
-    """
-    import embodied_gym
-
-    if spec == "expert":
-        return embodied_gym.make_expert(env)
-    from embodied_gym.policies.loading import load_agent
-
-    agent = load_agent(spec, trust_policy_file=trust_policy_file)
-    need, have = agent.requirements, env.unwrapped
-    if need.control_mode != have.control_mode or not set(need.cameras) <= set(have.cameras):
-        raise ValueError(f"policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
-                         f"{list(need.cameras)}; the env has control_mode={have.control_mode!r} and cameras "
-                         f"{list(have.cameras)} (record with --cameras {' '.join(need.cameras) or 'cam_high'})")
-    agent.reset()
-    return _ResettingAgent(agent)
-
-
-class _ResettingAgent:
-    """Calls the agent's ``reset()`` when a new episode starts (``info["step"] == 0``)."""
-
-    def __init__(self, agent):
-        self.agent = agent
-
-    def __call__(self, obs, info):
-        if info.get("step") == 0:
-            self.agent.reset()
-        return self.agent(obs, info)
-
-
-__all__ = ["make_env", "make_agent"]
+__all__ = ["make_env"]

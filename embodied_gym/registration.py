@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 
 from embodied_gym.envs.aloha_env import TASK_ENVS
-from embodied_gym.envs.tasks import make_task
+from embodied_gym.sim.tasks import make_task
 
 PREFIX = "EmbodieDreamer"
 _ID = re.compile(rf"^{PREFIX}-(?P<task>[A-Za-z0-9]+)(?P<real>-Real)?-v(?P<version>\d+)$")

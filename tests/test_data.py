@@ -250,7 +250,7 @@ def test_a_dataset_written_by_the_previous_writer_loads_and_resumes(tmp_path):
 
 
 def test_parse_env_id_inverts_env_id():
-    from embodied_gym.envs.tasks import TASKS
+    from embodied_gym.sim.tasks import TASKS
     from embodied_gym.registration import EnvId, parse_env_id
 
     for task in TASKS:

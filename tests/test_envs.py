@@ -8,8 +8,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 
 import embodied_gym
-from embodied_gym.envs import robot
-from embodied_gym.envs.tasks import TASKS
+from embodied_gym.sim import robot
+from embodied_gym.sim.tasks import TASKS
 
 IDS = [embodied_gym.env_id(t) for t in TASKS]
 SMALL = (48, 64)

@@ -99,9 +99,9 @@ def test_differentiable_fk_matches_mujoco():
     import mujoco
 
     from embodied_gym import PhysicsParams
-    from embodied_gym.envs import robot
-    from embodied_gym.envs.scene import compile_scene
-    from embodied_gym.envs.tasks import make_task
+    from embodied_gym.sim import robot
+    from embodied_gym.sim.scene import compile_scene
+    from embodied_gym.sim.tasks import make_task
     from embodied_gym.physaligner.fk import ArmFK
 
     model, idx, _ = compile_scene(make_task("PickCup"), PhysicsParams())

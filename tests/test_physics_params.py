@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from embodied_gym import PhysicsParams
-from embodied_gym.envs.physics import ARM_JOINT_NAMES
+from embodied_gym.sim.physics import ARM_JOINT_NAMES
 
 
 def test_nominal_values_are_menagerie_figures():
@@ -73,7 +73,7 @@ def test_wrong_types_in_a_physics_file_name_file_parameter_and_form(tmp_path, co
 
 
 def test_physics_directory_is_named_with_its_json_files(tmp_path):
-    from embodied_gym.envs.physics import resolve_physics
+    from embodied_gym.sim.physics import resolve_physics
 
     (tmp_path / "calibrated.json").write_text("{}")
     with pytest.raises(ValueError, match=rf"{tmp_path} is a directory.*calibrated\.json"):
@@ -92,7 +92,7 @@ def test_binary_physics_file_is_named(tmp_path):
     (3.0, ["PhysicsParams, a dict or a path", "3.0 (float)"]),
 ])
 def test_bad_physics_kwarg_names_its_cause(physics, needles):
-    from embodied_gym.envs.physics import resolve_physics
+    from embodied_gym.sim.physics import resolve_physics
 
     with pytest.raises((ValueError, TypeError)) as err:
         resolve_physics(physics)

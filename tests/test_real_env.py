@@ -9,9 +9,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import embodied_gym
-from embodied_gym.envs import robot
+from embodied_gym.sim import robot
 from embodied_gym.envs.real_env import RobotError
-from embodied_gym.envs.tasks import TASKS
+from embodied_gym.sim.tasks import TASKS
 from embodied_gym.robots import StandInRobot, StandInRobotConfig
 
 SMALL = (32, 40)

@@ -1,6 +1,6 @@
 """Every registered task implements every hook (as MuJoCo Playground's manipulation tests check each env).
 
-Parameterised over the registry ``embodied_gym.envs.tasks.TASKS``: a task added there is checked here
+Parameterised over the registry ``embodied_gym.sim.tasks.TASKS``: a task added there is checked here
 without editing this file.
 """
 
@@ -13,13 +13,13 @@ import pytest
 
 import embodied_gym
 from embodied_gym.demo.report import PAPER
-from embodied_gym.envs import robot
+from embodied_gym.sim import robot
 from embodied_gym.envs.aloha_env import ENV_DOC_SECTIONS, TASK_ENVS
-from embodied_gym.envs.scene import compile_scene
-from embodied_gym.envs.physics import PhysicsParams
-from embodied_gym.envs.tasks import TASKS, PickCup, Task, make_task, quat_yaw, reach_term
-from embodied_gym.envs.tasks import _registry
-from embodied_gym.envs.tasks.planning import ExpertPlan
+from embodied_gym.sim.scene import compile_scene
+from embodied_gym.sim.physics import PhysicsParams
+from embodied_gym.sim.tasks import TASKS, PickCup, Task, make_task, quat_yaw, reach_term
+from embodied_gym.sim.tasks import _registry
+from embodied_gym.sim.tasks.planning import ExpertPlan
 from embodied_gym.policies.rl import ReachStageWrapper
 from embodied_gym.policies.scoring import target_distance, task_target
 

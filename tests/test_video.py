@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 
 import embodied_gym  # noqa: F401
-from embodied_gym.envs import robot
+from embodied_gym.sim import robot
 
 SMALL = (48, 64)
 

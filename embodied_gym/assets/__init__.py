@@ -3,7 +3,7 @@
 The ViperX-300 arm MJCF and its STL meshes ship in the installed ``gym-aloha`` wheel
 (Apache-2.0, adapted from ALOHA). We locate them at run time instead of copying them into this
 repository; everything else in the scene (table, cameras, lights, task objects, actuators,
-physics) is built by :mod:`embodied_gym.envs.scene`.
+physics) is built by :mod:`embodied_gym.sim.scene`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from embodied_gym.data.recording import record
-    from embodied_gym.factory import make_agent, make_env
+    from embodied_gym.factory import make_env
+    from embodied_gym.policies.loading import make_agent
 
     env = make_env(args.env, robot_config=args.robot_config, realtime=args.realtime, obs_type="pixels_state",
                    cameras=tuple(args.cameras), image_size=tuple(args.image_size))

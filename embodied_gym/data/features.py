@@ -8,7 +8,7 @@ policy's input and output features use the same names.
 
 from __future__ import annotations
 
-from embodied_gym.envs.robot import ARMS, JOINT_NAMES
+from embodied_gym.sim.robot import ARMS, JOINT_NAMES
 
 FPS = 50
 EE_POSE_NAMES = [f"{arm}_{c}" for arm in ARMS for c in ("x", "y", "z", "qw", "qx", "qy", "qz")]

@@ -22,7 +22,7 @@ import numpy as np
 from embodied_gym.data import features as F
 from embodied_gym.data.features import dataset_features
 from embodied_gym.data.writer import EpisodeWriter, video_encoder
-from embodied_gym.envs import robot as layout
+from embodied_gym.sim import robot as layout
 
 __all__ = ["RecordingSummary", "record", "video_encoder"]
 

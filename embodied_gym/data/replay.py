@@ -17,8 +17,8 @@ import numpy as np
 
 from embodied_gym import atomic
 from embodied_gym.data.reader import Episode, dataset_repo_id, load_episodes  # noqa: F401 (older imports)
-from embodied_gym.envs import robot as layout
-from embodied_gym.envs.tasks import layout_from_poses
+from embodied_gym.sim import robot as layout
+from embodied_gym.sim.tasks import layout_from_poses
 from embodied_gym.metrics import ee_errors
 
 

@@ -86,7 +86,7 @@ class DemoConfig:
 
 def load_config(profile: str = "quick", override: str | None = None) -> DemoConfig:
     """The ``profile``'s settings, then ``override`` (a YAML file) on top."""
-    from embodied_gym.envs.tasks import TASKS
+    from embodied_gym.sim.tasks import TASKS
 
     path = PROFILES / f"{profile}.yaml"
     if not path.exists():

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from embodied_gym.atomic import write_text
-from embodied_gym.envs.tasks import TASKS
+from embodied_gym.sim.tasks import TASKS
 
 # The paper's task success (%) on the real robot, real-data SFT (three views) -> after RL in
 # EmbodieDreamer (single view), from each task's module (Task.paper_success); shown next to our

@@ -12,13 +12,14 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from embodied_gym.envs import robot, spaces as sp
+from embodied_gym.envs import spaces as sp
+from embodied_gym.sim import robot
 from embodied_gym.envs.base import AlohaEnv
-from embodied_gym.envs.kinematics import ArmKinematics
-from embodied_gym.envs.physics import PhysicsParams, resolve_physics
-from embodied_gym.envs.scene import SceneLook
-from embodied_gym.envs.sim_core import SimCore
-from embodied_gym.envs.tasks import Task, make_task
+from embodied_gym.sim.kinematics import ArmKinematics
+from embodied_gym.sim.physics import PhysicsParams, resolve_physics
+from embodied_gym.sim.scene import SceneLook
+from embodied_gym.sim.core import SimCore
+from embodied_gym.sim.tasks import Task, make_task
 
 
 class AlohaTaskEnv(AlohaEnv):
@@ -31,7 +32,7 @@ class AlohaTaskEnv(AlohaEnv):
       (default ``("cam_high",)``). Only these are rendered.
     - ``image_size``: ``(height, width)``, default ``(240, 320)``.
     - ``control_mode``: ``"joint_pos"`` (default), ``"joint_delta"`` or ``"ee_delta"``.
-    - ``physics``: a :class:`~embodied_gym.envs.physics.PhysicsParams`, a dict of parameters or a
+    - ``physics``: a :class:`~embodied_gym.sim.physics.PhysicsParams`, a dict of parameters or a
       path to a JSON file of them (a calibration result works too); default: nominal.
     - ``render_mode``: ``None`` or ``"rgb_array"`` (the first requested camera, else ``cam_high``).
     - ``terminate_on_success``: end the episode when the task succeeds (default True).
@@ -66,7 +67,7 @@ class AlohaTaskEnv(AlohaEnv):
 
     The compiled ``mujoco.MjModel`` and ``mujoco.MjData`` are ``env.unwrapped.model`` and
     ``env.unwrapped.data``; the simulator core that owns them (joint mapping, actuators, cameras)
-    is ``env.unwrapped.sim`` (:class:`~embodied_gym.envs.sim_core.SimCore`).
+    is ``env.unwrapped.sim`` (:class:`~embodied_gym.sim.core.SimCore`).
     """
 
     is_simulated = True
@@ -184,10 +185,10 @@ class AlohaTaskEnv(AlohaEnv):
 
 
 # ----------------------------------------------------------------------------- one env class per task
-# Made from the task registry (embodied_gym/envs/tasks/__init__.py): ``<Task>Env`` for every task, its
+# Made from the task registry (embodied_gym/sim/tasks/__init__.py): ``<Task>Env`` for every task, its
 # docstring (gymnasium's MuJoCo env sections) from the task module. PickCupEnv, PenInCupEnv,
 # RemoteInBoxEnv and CupOnMatEnv are module attributes like any hand-written class.
-from embodied_gym.envs.tasks import TASKS  # noqa: E402  (the registry; tasks never import this module)
+from embodied_gym.sim.tasks import TASKS  # noqa: E402  (the registry; tasks never import this module)
 
 ENV_DOC_SECTIONS = ("Description", "Action Space", "Observation Space", "Rewards", "Starting State", "Success",
                     "Episode End", "Arguments")

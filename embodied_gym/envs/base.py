@@ -4,7 +4,7 @@
 and :class:`~embodied_gym.envs.real_env.AlohaRealEnv` (a LeRobot robot, the stand-in by
 default). Code that takes "an embodied-gym env" (experts, recording, evaluation, TPO, wrappers)
 uses only what is declared here, through ``env.unwrapped``; ``is_simulated`` tells the two apart
-where it matters (a sim env additionally offers its :class:`~embodied_gym.envs.sim_core.SimCore`
+where it matters (a sim env additionally offers its :class:`~embodied_gym.sim.core.SimCore`
 as ``env.unwrapped.sim``).
 """
 
@@ -18,15 +18,15 @@ import numpy as np
 
 from embodied_gym.envs import spaces as sp
 from embodied_gym.envs.control import JointTargetController
-from embodied_gym.envs.kinematics import ArmKinematics
-from embodied_gym.envs.scene import CONTROL_DT
-from embodied_gym.envs.tasks import Task
+from embodied_gym.sim.kinematics import ArmKinematics
+from embodied_gym.sim.scene import CONTROL_DT
+from embodied_gym.sim.tasks import Task
 
 
 class AlohaEnv(gym.Env):
     """Base class of the ALOHA task envs, sim and real.
 
-    Attributes every env has: ``task`` (:class:`~embodied_gym.envs.tasks.Task`), ``obs_type``,
+    Attributes every env has: ``task`` (:class:`~embodied_gym.sim.tasks.Task`), ``obs_type``,
     ``cameras``, ``image_size``, ``control_mode``, ``render_mode``, ``terminate_on_success``,
     ``controller`` (:class:`~embodied_gym.envs.control.JointTargetController`, which maps actions
     to joint targets) and ``kinematics`` (the arm model its IK uses).

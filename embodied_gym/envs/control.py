@@ -20,8 +20,9 @@ import numbers
 import mujoco
 import numpy as np
 
-from embodied_gym.envs import robot, spaces as sp
-from embodied_gym.envs.kinematics import ArmKinematics
+from embodied_gym.envs import spaces as sp
+from embodied_gym.sim import robot
+from embodied_gym.sim.kinematics import ArmKinematics
 
 EE_WORKSPACE_LOW = np.array([-0.5, 0.05, 0.0])
 EE_WORKSPACE_HIGH = np.array([0.5, 0.95, 0.6])

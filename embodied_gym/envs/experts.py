@@ -2,7 +2,7 @@
 
 ``expert = make_expert(env)`` returns a callable ``expert(obs, info) -> action`` that works in any
 control mode. It asks the env's task for its plan (``task.expert_plan``, written in each task's
-module under ``embodied_gym/envs/tasks/``) from the privileged object poses in ``info`` at the first
+module under ``embodied_gym/sim/tasks/``) from the privileged object poses in ``info`` at the first
 step of each episode (``info["step"] == 0``) and then follows it open-loop in Cartesian space; each step
 it solves IK for the active arm and converts the joint targets into the env's action format.
 The other arm holds its start pose.
@@ -15,10 +15,11 @@ import math
 import gymnasium as gym
 import numpy as np
 
-from embodied_gym.envs import robot, spaces as sp
-from embodied_gym.envs.kinematics import ArmKinematics, rotation_error
+from embodied_gym.envs import spaces as sp
+from embodied_gym.sim import robot
+from embodied_gym.sim.kinematics import ArmKinematics, rotation_error
 # Waypoint and grip_command are importable from here as before; each task's plan is in its task module.
-from embodied_gym.envs.tasks.planning import Waypoint, grip_command  # noqa: F401
+from embodied_gym.sim.tasks.planning import Waypoint, grip_command  # noqa: F401
 
 _KI, _LEAK, _MAX_INTEGRAL, _STILL = 0.05, 0.995, 0.15, 0.01
 

@@ -16,12 +16,13 @@ from typing import Any, Callable
 import cv2
 import numpy as np
 
-from embodied_gym.envs import robot as layout, spaces as sp
+from embodied_gym.envs import spaces as sp
+from embodied_gym.sim import robot as layout
 from embodied_gym.envs.base import AlohaEnv
-from embodied_gym.envs.kinematics import ArmKinematics
-from embodied_gym.envs.physics import resolve_physics
-from embodied_gym.envs.scene import CONTROL_DT, compile_scene
-from embodied_gym.envs.tasks import make_task
+from embodied_gym.sim.kinematics import ArmKinematics
+from embodied_gym.sim.physics import resolve_physics
+from embodied_gym.sim.scene import CONTROL_DT, compile_scene
+from embodied_gym.sim.tasks import make_task
 
 #: Default largest change of a joint target per control step sent to the robot (rad; m for grippers),
 #: like LeRobot's ``max_relative_target``: 5 rad/s and 0.5 m/s at 50 Hz.

@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 from gymnasium import spaces
 
-from embodied_gym.envs import robot
-from embodied_gym.envs.scene import CAMERAS
+from embodied_gym.sim import robot
+from embodied_gym.sim.scene import CAMERAS
 
 OBS_TYPES = ("state", "pixels", "pixels_state")
 RENDER_MODES = ("rgb_array",)

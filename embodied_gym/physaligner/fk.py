@@ -11,7 +11,7 @@ import mujoco
 import numpy as np
 import torch
 
-from embodied_gym.envs.scene import SceneIndex
+from embodied_gym.sim.scene import SceneIndex
 
 
 def _quat_to_mat(q: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from embodied_gym.envs import robot as layout
+from embodied_gym.sim import robot as layout
 from embodied_gym.physaligner.fk import ArmFK
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.surrogate import Surrogate

@@ -18,7 +18,7 @@ import numpy as np
 from embodied_gym.atomic import write_text
 from embodied_gym.data.reader import Episode
 from embodied_gym.data.replay import ReplayResult, replay_episode
-from embodied_gym.envs import robot as layout
+from embodied_gym.sim import robot as layout
 
 
 def _savefig(fig, path: Path) -> None:
@@ -122,7 +122,7 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
     out = Path(out)
     stem = out.with_suffix("")
     paths_png, loss_png, time_png = (Path(f"{stem}.{n}.png") for n in ("paths", "loss", "error_vs_time"))
-    from embodied_gym.envs.physics import PhysicsParams
+    from embodied_gym.sim.physics import PhysicsParams
 
     calibrated = PhysicsParams.from_dict(result["values"])
     rows = []

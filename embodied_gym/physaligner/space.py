@@ -1,7 +1,7 @@
 """The calibration parameter space: named scalars with box bounds, normalised to [0, 1].
 
 Names are ``<field>.<joint>`` for the per-joint fields of
-:class:`~embodied_gym.envs.physics.PhysicsParams` (``kp.left_waist``, ``damping.right_elbow``, …)
+:class:`~embodied_gym.sim.physics.PhysicsParams` (``kp.left_waist``, ``damping.right_elbow``, …)
 and the field name for scalars (``gripper_kp``, ``object_friction``, ``pad_friction``). Inside the
 optimisers every free parameter lives on [0, 1]: linearly, or logarithmically where its range spans
 an order of magnitude or more. Frozen parameters keep the base value.
@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams
+from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 
 PER_JOINT_FIELDS = ("kp", "damping", "frictionloss", "armature")
 SCALAR_FIELDS = ("gripper_kp", "object_friction", "pad_friction")

@@ -31,8 +31,8 @@ import numpy as np
 
 from embodied_gym.atomic import is_temporary, write_npz
 from embodied_gym.data.reader import Episode
-from embodied_gym.envs.sim_core import SimCore
-from embodied_gym.envs.tasks import layout_from_poses, make_task
+from embodied_gym.sim.core import SimCore
+from embodied_gym.sim.tasks import layout_from_poses, make_task
 from embodied_gym.physaligner.space import ParameterSpace
 
 STATE_DIM = 28

@@ -162,7 +162,7 @@ def evaluate_experts(tasks: list[str] | None, episodes: int, seed: int, out: str
         ValueError: an unknown task.
     """
     import embodied_gym
-    from embodied_gym.envs.tasks import TASKS
+    from embodied_gym.sim.tasks import TASKS
 
     tasks = list(tasks or TASKS)
     unknown = [t for t in tasks if t not in TASKS]

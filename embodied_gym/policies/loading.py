@@ -25,7 +25,7 @@ import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -729,3 +729,37 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
     if isinstance(agent, ExpertAgent):
         agent.bind(env)
     return env
+
+
+def make_agent(spec: str, env, *, trust_policy_file: bool = False) -> Callable:
+    """``agent(obs, info) -> action`` for ``spec`` ("expert", an ACT folder, an SB3 ``.zip``) acting in
+    ``env``; it resets itself at every episode start.
+
+    Raises:
+        ValueError: the policy needs a control mode or cameras ``env`` does not have (the message
+            says which).
+    """
+    import embodied_gym
+
+    if spec == "expert":
+        return embodied_gym.make_expert(env)
+    agent = load_agent(spec, trust_policy_file=trust_policy_file)
+    need, have = agent.requirements, env.unwrapped
+    if need.control_mode != have.control_mode or not set(need.cameras) <= set(have.cameras):
+        raise ValueError(f"policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
+                         f"{list(need.cameras)}; the env has control_mode={have.control_mode!r} and cameras "
+                         f"{list(have.cameras)} (record with --cameras {' '.join(need.cameras) or 'cam_high'})")
+    agent.reset()
+    return _ResettingAgent(agent)
+
+
+class _ResettingAgent:
+    """Calls the agent's ``reset()`` when a new episode starts (``info["step"] == 0``)."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def __call__(self, obs, info):
+        if info.get("step") == 0:
+            self.agent.reset()
+        return self.agent(obs, info)

@@ -2,8 +2,8 @@
 
 Each task's target is a point the gripper (the nearest TCP) should end at when the task is done,
 computed from privileged ``info`` (``tcp_poses``, ``object_poses``; in the sim only) by the task's
-:meth:`~embodied_gym.envs.tasks.base.Task.score_target`, documented in its module under
-``embodied_gym/envs/tasks/`` (e.g. PickCup's: the cup's grasp point at the cup's *start* position,
+:meth:`~embodied_gym.sim.tasks.base.Task.score_target`, documented in its module under
+``embodied_gym/sim/tasks/`` (e.g. PickCup's: the cup's grasp point at the cup's *start* position,
 raised by the lift height, where a successful lift ends).
 
 The score of a trajectory is ``success + exp(-d / 5 cm)`` with ``d`` the final distance (m):
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from embodied_gym.envs.tasks import TASKS, Task
+from embodied_gym.sim.tasks import TASKS, Task
 
 DISTANCE_SCALE_M = 0.05
 

@@ -26,11 +26,11 @@ import numpy as np
 from gymnasium.utils import seeding
 from lerobot.robots import Robot, RobotConfig
 
-from embodied_gym.envs import robot as layout
-from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams
-from embodied_gym.envs.scene import CAMERAS, SceneLook
-from embodied_gym.envs.sim_core import ActuatorEffects, SimCore, StribeckFriction
-from embodied_gym.envs.tasks import make_task
+from embodied_gym.sim import robot as layout
+from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
+from embodied_gym.sim.scene import CAMERAS, SceneLook
+from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
+from embodied_gym.sim.tasks import make_task
 
 DEFAULT_CONFIG = Path(__file__).with_name("stand_in_default.yaml")
 _TOP_KEYS = {"seed", "physics", "effects", "look"}

@@ -87,7 +87,7 @@ class SimCameraRenderer:
 def replay_render(episode: Episode, env, camera: str, image_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """Replay ``episode`` open-loop in ``env`` (a joint_pos sim env) and render ``camera`` at every
     recorded frame: ``(T, H, W, 3)`` frames and ``(T, H, W)`` object masks."""
-    from embodied_gym.envs.tasks import layout_from_poses
+    from embodied_gym.sim.tasks import layout_from_poses
 
     u = env.unwrapped
     if u.control_mode != "joint_pos":

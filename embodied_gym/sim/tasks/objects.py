@@ -11,7 +11,7 @@ import math
 import mujoco
 import numpy as np
 
-from embodied_gym.envs.tasks.base import yaw_quat
+from embodied_gym.sim.tasks.base import yaw_quat
 
 CUP_RADIUS = 0.025
 CUP_HEIGHT = 0.08

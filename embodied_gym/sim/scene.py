@@ -2,7 +2,7 @@
 
 The arms' kinematic chains and meshes are gym-aloha's ViperX-300 MJCF; everything else is added
 here: the table, lights, the four named cameras, the tool-centre-point sites, actuators, the task's
-objects, and the physics (:mod:`embodied_gym.envs.physics`). The same builder serves the simulator
+objects, and the physics (:mod:`embodied_gym.sim.physics`). The same builder serves the simulator
 and (with a different look) the stand-in robot.
 """
 
@@ -14,8 +14,8 @@ import mujoco
 import numpy as np
 
 from embodied_gym.assets import aloha_asset_dir
-from embodied_gym.envs import robot
-from embodied_gym.envs.physics import PhysicsHandles, PhysicsParams, apply_physics
+from embodied_gym.sim import robot
+from embodied_gym.sim.physics import PhysicsHandles, PhysicsParams, apply_physics
 
 #: 50 Hz control over a 2 ms physics step.
 TIMESTEP = 0.002
@@ -114,7 +114,7 @@ def build_arms_spec() -> mujoco.MjSpec:
 
 
 def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
-    """The full scene for ``task`` (an :class:`embodied_gym.envs.tasks.Task`)."""
+    """The full scene for ``task`` (an :class:`embodied_gym.sim.tasks.Task`)."""
     look = look or SceneLook()
     spec = build_arms_spec()
     spec.modelname = f"embodied_aloha_{task.name}"

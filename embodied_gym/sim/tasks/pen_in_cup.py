@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from embodied_gym.envs import robot
-from embodied_gym.envs.kinematics import horizontal_rotation
-from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame, quat_matrix, quat_yaw
-from embodied_gym.envs.tasks.objects import add_free_body, hollow_cylinder
-from embodied_gym.envs.tasks.planning import (ARM_BASES, FINGERTIP_BELOW_TCP, ExpertPlan, Waypoint, closest_yaw,
+from embodied_gym.sim import robot
+from embodied_gym.sim.kinematics import horizontal_rotation
+from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame, quat_matrix, quat_yaw
+from embodied_gym.sim.tasks.objects import add_free_body, hollow_cylinder
+from embodied_gym.sim.tasks.planning import (ARM_BASES, FINGERTIP_BELOW_TCP, ExpertPlan, Waypoint, closest_yaw,
                                               grip_command, natural_closing_yaw, pick)
 
 PEN_RADIUS = 0.006

@@ -1,6 +1,6 @@
 """The scripted experts' planning toolkit: TCP waypoints and the pick motion every task starts with.
 
-A task's :meth:`~embodied_gym.envs.tasks.base.Task.expert_plan` returns an :class:`ExpertPlan`
+A task's :meth:`~embodied_gym.sim.tasks.base.Task.expert_plan` returns an :class:`ExpertPlan`
 built from these pieces; :class:`embodied_gym.envs.experts.ScriptedExpert` tracks it through IK.
 Positions are the TCP's (world frame, m), rotations the gripper's (3x3), ``grip`` the finger's
 rail position (m).
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodied_gym.envs import robot
-from embodied_gym.envs.kinematics import top_down_rotation
+from embodied_gym.sim import robot
+from embodied_gym.sim.kinematics import top_down_rotation
 
 PAD_INSET = 0.0224
 """The inner face of a finger pad sits this far inside the finger's rail position (measured on the mesh)."""

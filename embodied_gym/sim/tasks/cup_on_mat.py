@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame
-from embodied_gym.envs.tasks.objects import (CUP_GRASP_BELOW_RIM, CUP_GRASP_OFFSET, CUP_HEIGHT, CUP_RADIUS,
+from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame
+from embodied_gym.sim.tasks.objects import (CUP_GRASP_BELOW_RIM, CUP_GRASP_OFFSET, CUP_HEIGHT, CUP_RADIUS,
                                              add_cup, add_free_body)
-from embodied_gym.envs.tasks.planning import ExpertPlan, grip_command, natural_closing_yaw, pick, put_down
+from embodied_gym.sim.tasks.planning import ExpertPlan, grip_command, natural_closing_yaw, pick, put_down
 
 MAT_HALF = (0.06, 0.06, 0.002)
 

@@ -4,7 +4,7 @@ A task is one module of this package (``pick_cup.py``, ...) holding one :class:`
 and everything about the task: its objects, start ranges, success test, reward, reach point,
 TPO score target, scripted-expert waypoint plan, description, time limit, the text of its env's
 docstring and, where the paper reports them, the paper's success rates. The registry in
-``embodied_gym/envs/tasks/__init__.py`` lists the task classes; env ids, env classes, ``make_task``
+``embodied_gym/sim/tasks/__init__.py`` lists the task classes; env ids, env classes, ``make_task``
 and the CLI's task choices all follow from it.
 
 Every object's body frame sits at its base centre, so an object resting upright on the table
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, ClassVar, Mapping
 import mujoco
 import numpy as np
 
-from embodied_gym.envs.scene import CONTROL_DT, SceneIndex
-from embodied_gym.envs.tasks.planning import ARM_BASES
+from embodied_gym.sim.scene import CONTROL_DT, SceneIndex
+from embodied_gym.sim.tasks.planning import ARM_BASES
 
 if TYPE_CHECKING:
-    from embodied_gym.envs.tasks.planning import ExpertPlan
+    from embodied_gym.sim.tasks.planning import ExpertPlan
 
 Poses = Mapping[str, np.ndarray]
 """``{object: [x, y, z, qw, qx, qy, qz]}`` (world frame, m), as in ``info["object_poses"]``."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from embodied_gym.envs import robot
-from embodied_gym.envs.scene import SceneIndex
+from embodied_gym.sim import robot
+from embodied_gym.sim.scene import SceneIndex
 
 
 def rotation_error(target: np.ndarray, current: np.ndarray) -> np.ndarray:

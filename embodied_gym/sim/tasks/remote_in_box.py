@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
-from embodied_gym.envs.kinematics import top_down_rotation
-from embodied_gym.envs.tasks.base import ObjectRange, Task, body_frame, quat_yaw
-from embodied_gym.envs.tasks.objects import add_free_body, open_box
-from embodied_gym.envs.tasks.planning import (FINGERTIP_BELOW_TCP, ExpertPlan, closest_yaw, grip_command,
+from embodied_gym.sim.kinematics import top_down_rotation
+from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame, quat_yaw
+from embodied_gym.sim.tasks.objects import add_free_body, open_box
+from embodied_gym.sim.tasks.planning import (FINGERTIP_BELOW_TCP, ExpertPlan, closest_yaw, grip_command,
                                               natural_closing_yaw, pick, put_down)
 
 REMOTE_HALF = (0.085, 0.0225, 0.01)

@@ -24,7 +24,7 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from embodied_gym.envs.robot import ARM_JOINTS, ARMS
+from embodied_gym.sim.robot import ARM_JOINTS, ARMS
 
 ARM_JOINT_NAMES: tuple[str, ...] = tuple(f"{a}_{j}" for a in ARMS for j in ARM_JOINTS)
 

@@ -24,10 +24,10 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from embodied_gym.envs import robot as layout
-from embodied_gym.envs.physics import PhysicsParams, apply_physics
-from embodied_gym.envs.scene import N_SUBSTEPS, SceneLook, compile_scene
-from embodied_gym.envs.tasks import Task, TaskStatus
+from embodied_gym.sim import robot as layout
+from embodied_gym.sim.physics import PhysicsParams, apply_physics
+from embodied_gym.sim.scene import N_SUBSTEPS, SceneLook, compile_scene
+from embodied_gym.sim.tasks import Task, TaskStatus
 
 #: 0.1 s of physics for the objects to come to rest on the table after placement.
 SETTLE_SUBSTEPS = 50
@@ -97,7 +97,7 @@ class SimCore:
         effects: actuator effects (default: an ideal actuator).
 
     Attributes ``model`` / ``data`` are the ``mujoco.MjModel`` / ``MjData``; ``idx`` the
-    :class:`~embodied_gym.envs.scene.SceneIndex` of named joints, actuators, sites and cameras.
+    :class:`~embodied_gym.sim.scene.SceneIndex` of named joints, actuators, sites and cameras.
     """
 
     def __init__(self, task: Task, physics: PhysicsParams, look: SceneLook | None = None,

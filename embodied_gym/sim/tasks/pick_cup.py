@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from embodied_gym.envs.tasks.base import Contacts, ObjectRange, Task, reach_term
-from embodied_gym.envs.tasks.objects import CUP_GRASP_BELOW_RIM, CUP_GRASP_OFFSET, CUP_HEIGHT, CUP_RADIUS, add_cup
-from embodied_gym.envs.tasks.planning import ExpertPlan, Waypoint, grip_command, natural_closing_yaw, pick
+from embodied_gym.sim.tasks.base import Contacts, ObjectRange, Task, reach_term
+from embodied_gym.sim.tasks.objects import CUP_GRASP_BELOW_RIM, CUP_GRASP_OFFSET, CUP_HEIGHT, CUP_RADIUS, add_cup
+from embodied_gym.sim.tasks.planning import ExpertPlan, Waypoint, grip_command, natural_closing_yaw, pick
 
 
 @dataclass

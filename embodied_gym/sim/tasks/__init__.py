@@ -3,8 +3,8 @@
 :data:`TASKS` (name -> :class:`Task` subclass) is the one registry: ``make_task``, the env
 classes (``embodied_gym.envs.aloha_env.TASK_ENVS``), the registered env ids
 ``EmbodieDreamer-<Task>-v0`` / ``-Real-v0`` and the CLI's task choices all follow from it. To add a
-task, write ``embodied_gym/envs/tasks/<task>.py`` with a :class:`Task` subclass (every hook of
-:class:`~embodied_gym.envs.tasks.base.Task`) and add it to :data:`TASKS` below;
+task, write ``embodied_gym/sim/tasks/<task>.py`` with a :class:`Task` subclass (every hook of
+:class:`~embodied_gym.sim.tasks.base.Task`) and add it to :data:`TASKS` below;
 ``tests/test_tasks.py`` then checks it like the others. Shared pieces: ``base.py`` (the hooks,
 contacts, poses, reward helpers), ``objects.py`` (object builders, the cup), ``planning.py`` (the
 experts' waypoints).
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import inspect
 
-from embodied_gym.envs.tasks.base import (Contacts, ObjectRange, Poses, Task, TaskStatus, body_frame, body_poses,
+from embodied_gym.sim.tasks.base import (Contacts, ObjectRange, Poses, Task, TaskStatus, body_frame, body_poses,
                                           layout_from_poses, quat_matrix, quat_yaw, reach_term, yaw_quat)
-from embodied_gym.envs.tasks.cup_on_mat import MAT_HALF, CupOnMat
-from embodied_gym.envs.tasks.objects import CUP_HEIGHT, CUP_RADIUS
-from embodied_gym.envs.tasks.pen_in_cup import PEN_HALF_LENGTH, PEN_RADIUS, PENCUP_HEIGHT, PENCUP_INNER, PenInCup
-from embodied_gym.envs.tasks.pick_cup import PickCup
-from embodied_gym.envs.tasks.remote_in_box import BOX_HEIGHT, BOX_INNER_HALF, REMOTE_HALF, RemoteInBox
+from embodied_gym.sim.tasks.cup_on_mat import MAT_HALF, CupOnMat
+from embodied_gym.sim.tasks.objects import CUP_HEIGHT, CUP_RADIUS
+from embodied_gym.sim.tasks.pen_in_cup import PEN_HALF_LENGTH, PEN_RADIUS, PENCUP_HEIGHT, PENCUP_INNER, PenInCup
+from embodied_gym.sim.tasks.pick_cup import PickCup
+from embodied_gym.sim.tasks.remote_in_box import BOX_HEIGHT, BOX_INNER_HALF, REMOTE_HALF, RemoteInBox
 
 _REQUIRED_ATTRIBUTES = ("summary", "object_docs", "success_doc", "reward_doc", "reward_terms")
 
@@ -34,11 +34,11 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
         where = f"{cls.__module__}.{cls.__qualname__}"
         if inspect.isabstract(cls):
             raise TypeError(f"{where} does not implement {sorted(cls.__abstractmethods__)}; "
-                            f"see embodied_gym.envs.tasks.base.Task for each hook")
+                            f"see embodied_gym.sim.tasks.base.Task for each hook")
         task = cls()
         missing = [a for a in _REQUIRED_ATTRIBUTES if not getattr(cls, a, None)]
         if missing:
-            raise TypeError(f"{where} lacks the class attribute(s) {missing}; see embodied_gym.envs.tasks.base.Task")
+            raise TypeError(f"{where} lacks the class attribute(s) {missing}; see embodied_gym.sim.tasks.base.Task")
         if not task.name or task.name in out:
             raise ValueError(f"{where}: task name {task.name!r} is empty or already registered; give it a unique name")
         if set(task.object_docs) != set(task.ranges):
