@@ -19,7 +19,6 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
 import embodied_gym  # noqa: E402
 from embodied_gym.sim import robot  # noqa: E402
@@ -127,22 +126,13 @@ def bench_pixels(n: int) -> dict:
 
 
 def bench_experts(episodes: int) -> dict:
+    from embodied_gym.policies.evaluate import evaluate_policy
+
     out = {}
     for task in TASKS:
-        env = gym.make(embodied_gym.env_id(task), obs_type="state")
-        expert = embodied_gym.make_expert(env)
-        wins, lengths = [], []
-        for seed in tqdm(range(episodes), desc=f"expert {task}"):
-            obs, info = env.reset(seed=seed)
-            done = False
-            while not done:
-                obs, _, terminated, truncated, info = env.step(expert(obs, info))
-                done = terminated or truncated
-            wins.append(bool(info["is_success"]))
-            lengths.append(info["step"])
-        env.close()
-        out[task] = {"success_rate": float(np.mean(wins)), "episodes": episodes, "mean_length": float(np.mean(lengths)),
-                     "failed_seeds": [s for s, w in enumerate(wins) if not w]}
+        r = evaluate_policy("expert", embodied_gym.env_id(task), episodes, seed=0)
+        out[task] = {"success_rate": r.success_rate, "episodes": episodes, "mean_length": r.mean_length,
+                     "failed_seeds": [e.seed for e in r.per_episode if not e.success]}
     return out
 
 

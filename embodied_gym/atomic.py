@@ -68,6 +68,15 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def save_figure(fig, path: str | os.PathLike, dpi: int = 100) -> None:
+    """Save a matplotlib figure whole or not at all (its format from ``path``'s suffix), then close it."""
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi)
+    plt.close(fig)
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
@@ -101,4 +110,4 @@ def write_npz(path: str | os.PathLike, compressed: bool = True, **arrays) -> Non
             os.fsync(f.fileno())
 
 
-__all__ = ["is_temporary", "atomic_path", "atomic_dir", "write_bytes", "write_text", "write_json", "write_npz"]
+__all__ = ["is_temporary", "atomic_path", "atomic_dir", "save_figure", "write_bytes", "write_text", "write_json", "write_npz"]

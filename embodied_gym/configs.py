@@ -84,12 +84,15 @@ def _parse_mapping_item(text: str) -> tuple[str, Any]:
     return key, yaml.safe_load(value)
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "") -> None:
-    """Add a flag for every setting of dataclass ``cls`` (nested dataclasses as ``--name.field``).
+def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", config_file: bool = False) -> None:
+    """Add a flag for every setting of dataclass ``cls`` (nested dataclasses as ``--name.field``),
+    and with ``config_file`` a ``--config FILE`` flag for a YAML file of the same settings.
 
     Flags default to "not given" (``argparse.SUPPRESS``): :func:`from_args` fills what is missing
     from the YAML file and the dataclass defaults.
     """
+    if config_file:
+        parser.add_argument("--config", help=f"YAML file of {cls.__name__} settings (the flags below override it)")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         m = _meta(f)

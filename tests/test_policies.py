@@ -132,13 +132,11 @@ def test_eval_expert_on_real_id_via_cli(tmp_path):
     assert a.per_episode[0].ret == b.per_episode[0].ret and a.success_rate == 1.0
 
 
-def test_visaligner_flag_fails_clearly_when_unavailable():
+def test_visaligner_flag_names_what_is_wrong(tmp_path):
     agent = load_agent("expert")
-    try:
-        import embodied_gym.wrappers.visaligner  # noqa: F401
-    except ImportError:
-        with pytest.raises(RuntimeError, match="VisAligner"):
-            make_env_for(agent, "EmbodieDreamer-PickCup-v0", visaligner="/nonexistent")
+    with pytest.raises(FileNotFoundError, match="is not a VisAligner model folder"):
+        make_env_for(agent, "EmbodieDreamer-PickCup-v0", visaligner=str(tmp_path / "nope"), obs_type="pixels",
+                     cameras=("cam_high",))
     with pytest.raises(ValueError, match="Real"):
         make_env_for(agent, "EmbodieDreamer-PickCup-Real-v0", visaligner="/nonexistent")
 

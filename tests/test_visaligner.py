@@ -1,5 +1,5 @@
 """VisAligner: conditioning, paired data, tiny model training, pipeline round trip, svd loading,
-offline rendering, the observation wrapper and the metrics (issue 5 §7)."""
+offline rendering, the observation wrapper and the metrics."""
 
 import json
 import os

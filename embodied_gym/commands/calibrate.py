@@ -17,8 +17,7 @@ def add_arguments(p) -> None:
     p.add_argument("--task", help="task name (default: from the recording)")
     p.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
     p.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
-    p.add_argument("--config", help="YAML file of calibration settings (the flags below override it)")
-    configs.add_arguments(p, CalibrationConfig)
+    configs.add_arguments(p, CalibrationConfig, config_file=True)
 
 
 def run(args) -> int:

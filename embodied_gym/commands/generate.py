@@ -16,8 +16,7 @@ def add_arguments(p) -> None:
     from embodied_gym.visaligner.generate import AlignedDemosConfig
 
     p.add_argument("--out", required=True, help="output folder: sim/ (plain renders) and aligned/ (the dataset)")
-    p.add_argument("--config", help="YAML file of generation settings (the flags below override it)")
-    configs.add_arguments(p, AlignedDemosConfig)
+    configs.add_arguments(p, AlignedDemosConfig, config_file=True)
 
 
 def run(args) -> int:

@@ -12,8 +12,7 @@ HELP = "train LeRobot's ACT on a recorded (or generated) LeRobotDataset, offline
 def add_arguments(p) -> None:
     from embodied_gym.policies.act import ACTTrainConfig
 
-    p.add_argument("--config", help="YAML file of ACTTrainConfig settings (the flags below override it)")
-    configs.add_arguments(p, ACTTrainConfig)
+    configs.add_arguments(p, ACTTrainConfig, config_file=True)
 
 
 def run(args) -> int:

@@ -12,8 +12,7 @@ HELP = "trajectory preference optimisation of an ACT policy in the (aligned) sim
 def add_arguments(p) -> None:
     from embodied_gym.policies.tpo import TPOConfig
 
-    p.add_argument("--config", help="YAML file of TPOConfig settings (the flags below override it)")
-    configs.add_arguments(p, TPOConfig)
+    configs.add_arguments(p, TPOConfig, config_file=True)
 
 
 def run(args) -> int:

@@ -17,8 +17,7 @@ _MODEL_SHORTCUTS = ("image_size", "num_frames", "frame_stride", "mask_source", "
 def add_arguments(p) -> None:
     from embodied_gym.visaligner.train import TrainConfig
 
-    p.add_argument("--config", help="YAML file of training settings (the flags below override it)")
-    configs.add_arguments(p, TrainConfig)
+    configs.add_arguments(p, TrainConfig, config_file=True)
     g = p.add_argument_group("model shortcuts", "entries of --model, as single flags")
     g.add_argument("--pretrained", dest="pretrained_path",
                    help="svd preset: local Stable Video Diffusion folder (diffusers layout); nothing is downloaded")

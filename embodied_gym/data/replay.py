@@ -92,9 +92,7 @@ def plot_replay(results: list[ReplayResult], path: str | os.PathLike, labels: li
                           f" joint RMSE {s['joint_rmse_rad']:.3f} rad", transform=axes[row, 1].transAxes, fontsize=8)
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    with atomic.atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+    atomic.save_figure(fig, path, dpi=110)
 
 
 def replay_dataset(dataset: str | os.PathLike, out: str | os.PathLike, episodes: list[int] | None = None,

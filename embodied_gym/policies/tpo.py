@@ -344,6 +344,4 @@ def plot_tpo_log(log: list[dict], png: Path) -> None:
     a2.legend()
     a2.set_title("success")
     fig.tight_layout()
-    with atomic.atomic_path(png) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    atomic.save_figure(fig, png)

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from embodied_gym.atomic import atomic_dir, atomic_path
+from embodied_gym.atomic import atomic_dir, save_figure
 from embodied_gym.configs import setting
 import torch.nn.functional as F
 
@@ -193,9 +193,7 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
     ax.set_ylabel("loss")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator,

@@ -133,9 +133,7 @@ def plot_training_log(log_path: Path, png: Path) -> None:
     ax.legend()
     ax.set_title("ACT training")
     fig.tight_layout()
-    with atomic.atomic_path(png) as tmp:
-        fig.savefig(tmp, dpi=100)
-    plt.close(fig)
+    atomic.save_figure(fig, png)
 
 
 __all__ = ["TrainResult", "train_act", "plot_training_log"]
