@@ -84,23 +84,25 @@ def _parse_mapping_item(text: str) -> tuple[str, Any]:
     return key, yaml.safe_load(value)
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", config_file: bool = False) -> None:
+def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", config_file: bool = False,
+                  skip: frozenset[str] = frozenset()) -> None:
     """Add a flag for every setting of dataclass ``cls`` (nested dataclasses as ``--name.field``),
     and with ``config_file`` a ``--config FILE`` flag for a YAML file of the same settings.
 
     Flags default to "not given" (``argparse.SUPPRESS``): :func:`from_args` fills what is missing
-    from the YAML file and the dataclass defaults.
+    from the YAML file and the dataclass defaults. ``skip``: setting names left off, for a program
+    that fills them itself (a plain name at any depth, a dotted one where it stands).
     """
     if config_file:
         parser.add_argument("--config", help=f"YAML file of {cls.__name__} settings (the flags below override it)")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         m = _meta(f)
-        if not m["cli"]:
+        if not m["cli"] or f.name in skip or f"{prefix}{f.name}" in skip:
             continue
         tp, optional = _strip_optional(hints[f.name])
         if dataclasses.is_dataclass(tp):
-            add_arguments(parser, tp, f"{prefix}{f.name}.")
+            add_arguments(parser, tp, f"{prefix}{f.name}.", skip=skip)
             continue
         names = [_flag_name(prefix, f), *(m["aliases"] if not prefix else ())]
         help_text = m["help"] or ""
@@ -109,8 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", 
             help_text = f"{help_text} (default {shown})".strip()
         kw: dict[str, Any] = {"dest": _dest(prefix, f.name), "default": argparse.SUPPRESS,
                               "help": help_text.replace("%", "%%") or None}
-        if m["metavar"] is not None:
-            kw["metavar"] = m["metavar"]
+        kw["metavar"] = m["metavar"] if m["metavar"] is not None else f.name.upper()
         origin, args = get_origin(tp), get_args(tp)
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
@@ -170,14 +171,14 @@ def load_yaml(path: str | Path) -> dict:
     return values
 
 
-def _given(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
+def given(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
     """The flags given on the command line, as a nested mapping of ``cls``'s settings."""
     hints = typing.get_type_hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         tp, _ = _strip_optional(hints[f.name])
         if dataclasses.is_dataclass(tp):
-            sub = _given(args, tp, f"{prefix}{f.name}.")
+            sub = given(args, tp, f"{prefix}{f.name}.")
             if sub:
                 out[f.name] = sub
             continue
@@ -199,11 +200,11 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
             message names the file or "command line" and the valid names).
     """
     from_file = load_yaml(config) if config else {}
-    given = _given(args, cls)
+    flags = given(args, cls)
     required = _required(cls)
     init = {}
     for name in required:
-        for source in (fixed, given, from_file):
+        for source in (fixed, flags, from_file):
             if name in source:
                 init[name] = source[name]
                 break
@@ -214,7 +215,7 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
         raise ValueError(f"missing required setting(s) {missing}: pass {flags} or set them in --config FILE")
     obj = cls(**init)
     merge(obj, {k: v for k, v in from_file.items() if k not in required}, str(config))
-    merge(obj, {k: v for k, v in given.items() if k not in required}, "command line")
+    merge(obj, {k: v for k, v in flags.items() if k not in required}, "command line")
     for k, v in fixed.items():
         setattr(obj, k, v)
     return obj
@@ -239,4 +240,4 @@ def to_dict(obj) -> dict:
     return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
 
 
-__all__ = ["setting", "add_arguments", "from_args", "merge", "load_yaml", "to_dict"]
+__all__ = ["setting", "add_arguments", "from_args", "given", "merge", "load_yaml", "to_dict"]

@@ -73,3 +73,19 @@ def test_every_setting_reachable_from_yaml_has_a_flag():
     dests = {a.dest for a in p._actions}
     assert {"dataset", "batch_size", "mode", "cameras", "episodes", "resume", "num_threads", "overrides",
             "inner__steps", "inner__image_size"} <= dests
+
+
+def test_demo_settings_are_reachable_from_the_command_line(tmp_path):
+    """Every profile setting of the demo has a dotted flag; the flags override the profile."""
+    from embodied_gym.cli import build_parser
+    from embodied_gym.demo.config import DemoConfig, load_config
+
+    args = build_parser().parse_args(["demo", "--profile", "smoke", "--act.steps", "7", "--calibrate.method", "sa",
+                                      "--tasks", "PickCup", "CupOnMat", "--no-evaluate.expert"])
+    cfg = load_config("smoke")
+    configs.merge(cfg, configs.given(args, DemoConfig), "command line")
+    assert cfg.act.steps == 7 and cfg.calibrate.method == "sa" and cfg.tasks == ["PickCup", "CupOnMat"]
+    assert cfg.evaluate.expert is False
+    assert cfg.act.preset == load_config("smoke").act.preset  # untouched settings keep the profile's value
+    dests = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["demo"]._actions}
+    assert "act__dataset" not in dests  # paths the demo fills itself are not flags

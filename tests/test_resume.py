@@ -251,7 +251,7 @@ def test_bugs_are_not_user_errors():
     (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "physaligner"], ["r.json.work", "rerun"]),
     (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["keeps no checkpoint"]),
     (["generate", "--out", "G", "--task", "PickCup"], ["kept in G/sim", "rerun the same command"]),
-    (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoint", "rerun the same command"]),
+    (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoints", "rerun the same command"]),
     (["visaligner", "render", "--dataset", "D", "--model", "M", "--out", "G"], ["saved in G", "--resume"]),
     (["train", "act", "--dataset", "D", "--out", "A"], ["A/checkpoints", "plus --resume"]),
     (["train", "tpo", "--policy", "A", "--env", "E", "--out", "T"], ["kept in T", "rerun the same command"]),

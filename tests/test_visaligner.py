@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import embodied_gym
+from embodied_gym.checkpoints import latest
 from embodied_gym.data.recording import record
 from embodied_gym.visaligner import metrics as M
 from embodied_gym.visaligner.conditioning import ClassicalObjectMasker, condition_video
@@ -111,13 +112,15 @@ def test_tiny_model_trains_with_decreasing_loss_and_resumes(trained):
     vae = json.loads((out / "vae_loss.json").read_text())
     assert np.mean([r["loss"] for r in vae[-5:]]) < 0.7 * np.mean([r["loss"] for r in vae[:5]])
     for f in ("loss.png", "samples/step_000040.png", "samples/step_000040.mp4", "model/reference.png",
-              "checkpoint/trainer_state.json"):
+              "checkpoints/000040/trainer_state.json", "checkpoints/last.json"):
         assert (out / f).exists(), f
+    assert latest(out).counter == 40 and latest(out).unit == "step"
     # resume: 40 -> 45 steps continues from the checkpoint instead of starting over
     tc.steps = 45
     train(tc)
-    state = json.loads((out / "checkpoint" / "trainer_state.json").read_text())
+    state = json.loads((latest(out).path / "trainer_state.json").read_text())
     assert state["step"] == 45 and len([r for r in state["loss"] if r["stage"] == "unet"]) == 45
+    assert latest(out).counter == 45 and not (out / "checkpoints" / "000040").exists()  # keeps the newest
 
 
 def test_checkpoint_of_the_old_layout_resumes(trained, tmp_path):
@@ -129,16 +132,17 @@ def test_checkpoint_of_the_old_layout_resumes(trained, tmp_path):
     out, _, tc = trained
     work = tmp_path / "train"
     work.mkdir()
-    for name in ("paired.npz", "vae_loss.json", "vae", "checkpoint"):
+    for name in ("paired.npz", "vae_loss.json", "vae"):
         (shutil.copytree if (out / name).is_dir() else shutil.copy)(out / name, work / name)
-    ckpt = work / "checkpoint"
+    ckpt = work / "checkpoint"  # the layout before out/checkpoints/<step>
+    shutil.copytree(latest(out).path, ckpt)
     pipe, cfg = VisAlignerPipeline.from_pretrained(ckpt), VisAlignerConfig.load(ckpt / CONFIG_NAME)
     for d in ("vae", "unet", "reference_encoder", "scheduler"):
         shutil.rmtree(ckpt / d)
     _save_old_layout(pipe, cfg, ckpt)
     step = json.loads((ckpt / "trainer_state.json").read_text())["step"]
     resumed = train(dataclasses.replace(tc, out=str(work), steps=step + 2, sample_every=1000))
-    assert json.loads((ckpt / "trainer_state.json").read_text())["step"] == step + 2
+    assert json.loads((latest(work).path / "trainer_state.json").read_text())["step"] == step + 2
     assert type(resumed.unet).__name__ == "UNetSpatioTemporalConditionModel"  # the plain network, never a wrapper
     index = json.loads((work / "model" / "model_index.json").read_text())
     assert index["unet"] == ["diffusers", "UNetSpatioTemporalConditionModel"]

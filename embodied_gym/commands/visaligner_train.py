@@ -50,5 +50,5 @@ def run(args) -> int:
 
 def interrupted(args) -> str:
     out = getattr(args, "out", "OUT")
-    return (f"the last checkpoint (every --checkpoint-every steps) is kept in {out}/checkpoint; rerun the same "
+    return (f"the last checkpoint (every --checkpoint-every steps) is kept in {out}/checkpoints; rerun the same "
             f"command to continue from it")

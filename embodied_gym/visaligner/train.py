@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from embodied_gym.atomic import atomic_dir, save_figure
+from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import setting
 import torch.nn.functional as F
 
@@ -232,8 +233,8 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     ``accelerator.prepare`` returns (the same parameters), so nothing is swapped in and out.
 
     Raises:
-        ValueError: ``out/checkpoint`` was trained with another model configuration.
-        FileNotFoundError: ``out/checkpoint`` lacks the ``visaligner_config.json`` it was trained with.
+        ValueError: the checkpoint in ``out`` was trained with another model configuration.
+        FileNotFoundError: the checkpoint in ``out`` lacks the ``visaligner_config.json`` it was trained with.
     """
     from accelerate import Accelerator
     from tqdm import tqdm
@@ -260,7 +261,10 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     if cfg.preset == "tiny" and "image_size" not in tc.model and frame_size != cfg.image_size:
         log.info("dataset frames are %s; the model works at %s (frames are resized)", frame_size, cfg.image_size)
 
-    ckpt = out / "checkpoint"
+    store = CheckpointStore(out, unit="step", keep=1)
+    latest = store.latest()
+    # out/checkpoints/<step> (one scheme for every trainer); out/checkpoint is the layout before it
+    ckpt = latest.path if latest is not None else out / "checkpoint"
     state_path = ckpt / "trainer_state.json"
     loss_rows: list[dict] = []
     start_step = 0
@@ -314,7 +318,7 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             torch.save(opt.state_dict(), d / "optimizer.pt")
             (d / "trainer_state.json").write_text(json.dumps({"step": step, "loss": loss_rows}))
 
-        _atomic_dir(write, ckpt)
+        store.save(step, write)
 
     bar = tqdm(range(start_step, tc.steps), desc="visaligner", initial=start_step, total=tc.steps,
                disable=not (tc.progress and accelerator.is_main_process))
