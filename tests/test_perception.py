@@ -157,19 +157,38 @@ def test_frames_generation_resumes_and_checks_its_folder(tmp_path):
         generate_frames(out, tiny_config(crop=(0.2, 0.2, 0.8, 0.8)), seeds=[2], progress=False)
     with pytest.raises(ValueError, match="one pose row"):
         write_episode(tmp_path / "w", cfg, 0, [np.zeros((*SMALL, 3), np.uint8)], np.zeros((2, 1, 7)))
+    # Frames of the crop region alone (a generator of the table region) give the same inputs.
+    with np.load(files[0], allow_pickle=False) as z:
+        poses = z["poses"]
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+    env.reset(seed=0)
+    frame = env.unwrapped.render_camera("cam_high", SMALL)
+    env.close()
+    t, l, b, r = cfg.crop_box(frame.shape)
+    write_episode(tmp_path / "crops", cfg, 0, [frame[t:b, l:r]], poses[:1], cropped=True)
+    np.testing.assert_array_equal(load_frames(tmp_path / "crops", cfg).inputs[0], frames.inputs[0])
+    with pytest.raises(ValueError, match="aspect ratio"):
+        write_episode(tmp_path / "crops", cfg, 1, [frame], poses[:1], cropped=True)
     with pytest.raises(FileNotFoundError, match="not a frame folder"):
         load_frames(tmp_path / "nothing", cfg)
 
 
-def test_tiny_end_to_end(tmp_path):
+@pytest.fixture(scope="module")
+def expert_frames(tmp_path_factory):
+    """~50 frames of three PickCup expert episodes at the tiny config."""
+    data = tmp_path_factory.mktemp("perception") / "frames"
+    generate_frames(data, tiny_config(), seeds=range(3), frame_stride=12, progress=False)
+    return data
+
+
+def test_tiny_end_to_end(tmp_path, expert_frames):
     """~50 frames of expert episodes, 20 training steps: the loss falls; the wrapped env estimates."""
     cfg = tiny_config()
-    data = tmp_path / "frames"
-    generate_frames(data, cfg, seeds=range(4), frame_stride=16, progress=False)
-    assert len(load_frames(data, cfg)) == 4 * 13
+    data = expert_frames
+    assert len(load_frames(data, cfg)) == 3 * 17
     out = tmp_path / "train"
     tc = PoseTrainConfig(data=[str(data)], out=str(out), steps=20, batch_size=16, lr=3e-3, eval_every=10,
-                         save_every=10, val_fraction=0.25, augment=False, progress=False)
+                         save_every=10, val_fraction=0.34, augment=False, progress=False)
     result = train_pose_estimator(tc, cfg)
     loss = result.history["train_loss"]
     assert np.mean(loss[-5:]) < np.mean(loss[:5])
@@ -179,7 +198,7 @@ def test_tiny_end_to_end(tmp_path):
     again = train_pose_estimator(PoseTrainConfig(**{**tc.__dict__, "resume": True}), cfg)
     assert again.history["train_loss"] == loss
     errs = pose_errors(result.model, data)
-    assert errs["frames"] == 52 and np.isfinite(errs["cup"]["z_cm"])
+    assert errs["frames"] == 51 and np.isfinite(errs["cup"]["z_cm"])
 
     env = PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-Real-v0", image_size=SMALL, realtime=False),
                               out / "model")
@@ -191,13 +210,12 @@ def test_tiny_end_to_end(tmp_path):
     env.close()
 
 
-def test_resume_continues_the_same_run(tmp_path):
+def test_resume_continues_the_same_run(tmp_path, expert_frames):
     import shutil
 
     cfg = tiny_config()
-    data = tmp_path / "frames"
-    generate_frames(data, cfg, seeds=range(2), frame_stride=25, progress=False)
-    base = dict(data=[str(data)], steps=8, batch_size=8, eval_every=4, save_every=4, val_fraction=0.5, progress=False)
+    base = dict(data=[str(expert_frames)], steps=8, batch_size=8, eval_every=4, save_every=4, val_fraction=0.34,
+                progress=False)
     full = train_pose_estimator(PoseTrainConfig(out=str(tmp_path / "a"), **base), cfg)
     # A run that crashed after its step-4 checkpoint: the same folder without the step-8 checkpoint.
     shutil.copytree(tmp_path / "a" / "checkpoints", tmp_path / "b" / "checkpoints")

@@ -199,7 +199,25 @@ class PoseEstimatorConfig:
         if frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"expected an (H, W, 3) camera frame, got shape {frame.shape}")
         t, l, b, r = self.crop_box(frame.shape)
-        crop = frame[t:b, l:r]
+        return self._resize(frame[t:b, l:r])
+
+    def preprocess_crop(self, crop: np.ndarray) -> np.ndarray:
+        """The network input from an image of the crop region alone (a generator that renders only the
+        table region, at any size with the crop's aspect ratio and at least ``input_size``)."""
+        crop = np.asarray(crop)
+        if crop.ndim != 3 or crop.shape[2] != 3:
+            raise ValueError(f"expected an (H, W, 3) crop image, got shape {crop.shape}")
+        fh, fw = self.frame_size
+        t, l, b, r = self.crop
+        want = (b - t) * fh / ((r - l) * fw)
+        h, w = crop.shape[:2]
+        ih, iw = self.input_size
+        if abs(h / w - want) > 0.03 * want or h < ih * 0.98 or w < iw * 0.98:
+            raise ValueError(f"crop image {h}x{w} does not fit the estimator: it needs the crop's aspect ratio "
+                             f"{want:.3f} (height/width) and at least {ih}x{iw} px")
+        return self._resize(crop)
+
+    def _resize(self, crop: np.ndarray) -> np.ndarray:
         ih, iw = self.input_size
         if crop.shape[:2] == (ih, iw):
             return np.ascontiguousarray(crop, dtype=np.uint8)

@@ -70,12 +70,16 @@ def _check_manifest(out: Path, want: dict) -> None:
 
 
 def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int, frames: Sequence[np.ndarray],
-                  poses: np.ndarray, steps: Sequence[int] | None = None, source: str = "external") -> Path:
+                  poses: np.ndarray, steps: Sequence[int] | None = None, source: str = "external",
+                  cropped: bool = False) -> Path:
     """Store one episode of full camera ``frames`` (T of (H, W, 3) uint8) with their object ``poses``
     (T, len(config.objects), 7) in the frame folder ``out``; returns the episode file.
 
     For frames made outside :func:`generate_frames` (a VisAligner generation of a recorded sim
-    episode, whose poses are the sim's); ``source`` is recorded in ``frames.json``.
+    episode, whose poses are the sim's); ``source`` is recorded in ``frames.json``. With
+    ``cropped=True`` the frames are images of the crop region alone
+    (:meth:`~embodied_gym.perception.configuration.PoseEstimatorConfig.preprocess_crop`), for a
+    generator trained on the table region only.
     """
     out = Path(out)
     poses = np.asarray(poses, dtype=np.float64)
@@ -83,7 +87,8 @@ def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int
         raise ValueError(f"write_episode needs one pose row (n_objects={len(config.objects)}, 7) per frame; "
                          f"got {len(frames)} frames and poses of shape {poses.shape}")
     _check_manifest(out, {**config.input_fields(), "source": source})
-    inputs = np.stack([config.preprocess(f) for f in frames]) if len(frames) else np.zeros((0, *config.input_size, 3), np.uint8)
+    prep = config.preprocess_crop if cropped else config.preprocess
+    inputs = np.stack([prep(f) for f in frames]) if len(frames) else np.zeros((0, *config.input_size, 3), np.uint8)
     steps = np.arange(len(frames)) if steps is None else np.asarray(steps)
     path = _episode_path(out, seed)
     with atomic_path(path) as tmp:

@@ -39,6 +39,14 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
     ``[cup.x, cup.y, cup.z]``. Bounds: x in [-1, 1], y in [-0.5, 1.5], z in [-0.5, 1], cos/sin in
     [-1, 1]; the estimate is clipped into them. The other observation entries are unchanged.
 
+    For LeRobot's ACT: record the wrapped env, storing ``obs["object_pose_estimate"]`` (the
+    estimate, never the ground truth, so the policy learns with the estimator's errors) as the
+    feature ``observation.environment_state`` (dtype float32, shape ``(output_dim,)``, names
+    ``output_names``) next to ``observation.state`` (``joint_pos``); ACT feeds it through its
+    ``encoder_env_state_input_proj`` token. ACT's default ``normalization_mapping`` has no ``ENV``
+    entry (the feature would enter unnormalised): set ``"ENV": MEAN_STD`` (with the std floor) or
+    store ``estimator.config.normalise(estimate)`` instead, which maps the start ranges to [-1, 1].
+
     Raises:
         ValueError: the observation is not a Dict, lacks the camera frame (the message names the
             ``gym.make`` arguments that add it), the frame size does not fit the estimator, or the
