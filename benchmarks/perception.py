@@ -4,7 +4,8 @@
         [--standin-episodes 6] [--steps 1500] [--out outputs/bench_perception]
 
 Trains a pose estimator (embodied_gym.perception) on raw renders of scripted-expert episodes in the
-nominal sim, once with photometric augmentation and once without, and reports per object the
+nominal sim (without augmentation, with photometric augmentation, and on domain-randomised scene
+looks with augmentation: ``--variants``), and reports per object the
 horizontal position error (cm), the height error (cm) and the yaw error (deg) on held-out sim
 episodes and on stand-in episodes (ground truth from the stand-in's ``info["object_poses"]``, as a
 motion-capture system would report it: evaluation only). The stand-in figure is the visual gap
@@ -21,7 +22,8 @@ import time
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from embodied_gym.atomic import write_json  # noqa: E402
-from embodied_gym.perception import PoseEstimatorConfig  # noqa: E402
+from embodied_gym.perception import PoseEstimatorConfig, generate_frames  # noqa: E402
+from embodied_gym.perception.data import randomized_look  # noqa: E402
 from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
 
 
@@ -35,15 +37,26 @@ def main():
     p.add_argument("--frame-stride", type=int, default=4)
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--no-augment-variant", action="store_true", help="skip the model trained without augmentation")
+    p.add_argument("--variants", default="raw,raw_augmented,randomized",
+                   help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
+                        "augmentation), randomized (domain-randomised scene looks + augmentation)")
     args = p.parse_args()
 
     config = PoseEstimatorConfig(task=args.task)
     t0 = time.perf_counter()
     sim_train = os.path.join(args.out, "frames", "sim_train")
-    sets = {"raw_augmented": [sim_train]} if args.no_augment_variant else {"raw_augmented": [sim_train], "raw": [sim_train]}
+    randomized = os.path.join(args.out, "frames", "sim_train_randomized")
+    sets = {"raw": [sim_train], "raw_augmented": [sim_train], "randomized": [randomized]}
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in sets]
+    if unknown:
+        p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+    if "randomized" in variants:
+        generate_frames(randomized, config, range(args.sim_episodes), frame_stride=args.frame_stride,
+                        look=randomized_look)
     results = {}
-    for name, folders in sets.items():
+    for name in variants:
+        folders = sets[name]
         train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw"}
         r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
                                val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,

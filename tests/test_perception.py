@@ -224,3 +224,21 @@ def test_resume_continues_the_same_run(tmp_path, expert_frames):
     resumed = train_pose_estimator(PoseTrainConfig(out=str(tmp_path / "b"), resume=True, **base), cfg)
     assert len(resumed.history["train_loss"]) == 8
     np.testing.assert_allclose(resumed.history["train_loss"], full.history["train_loss"], rtol=1e-4)
+
+
+def test_randomized_looks_change_the_frames_not_the_poses(tmp_path, expert_frames):
+    from embodied_gym.perception import randomized_look
+
+    a, b = randomized_look(3), randomized_look(3)
+    assert a.shadows == b.shadows and (a.table_texture is None or np.array_equal(a.table_texture, b.table_texture))
+    assert any(randomized_look(0).table_rgba != randomized_look(s).table_rgba for s in range(1, 4))
+    cfg = tiny_config()
+    out = generate_frames(tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look, progress=False)
+    with np.load(out[0], allow_pickle=False) as z:
+        dr_inputs, dr_poses = z["inputs"], z["poses"]
+    raw = load_frames(expert_frames, cfg)
+    np.testing.assert_allclose(dr_poses[0], raw.poses[0], atol=1e-9)  # same seed, same layout
+    assert np.abs(dr_inputs[0].astype(int) - raw.inputs[0].astype(int)).mean() > 5
+    assert json.loads((tmp_path / "dr" / "frames.json").read_text())["source"].endswith("+look:randomized_look")
+    with pytest.raises(ValueError, match="is a robot"):
+        generate_frames(tmp_path / "x", cfg, seeds=[0], env_id="EmbodieDreamer-PickCup-Real-v0", look=randomized_look)

@@ -36,10 +36,47 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_gym.atomic import atomic_path, write_json
+from embodied_gym.envs.scene import SceneLook
 from embodied_gym.perception.configuration import PoseEstimatorConfig
 
 MANIFEST = "frames.json"
 FrameTransform = Callable[[np.ndarray], np.ndarray]
+
+
+def _noise_texture(rng: np.random.Generator, size: int = 256) -> np.ndarray:
+    """A random procedural texture: octaves of smoothed noise at random scales, contrast and tint."""
+    import cv2
+
+    img = np.zeros((size, size), np.float32)
+    for scale in rng.choice([4, 8, 16, 32, 64, 128], size=int(rng.integers(1, 4)), replace=False):
+        small = rng.random((int(scale), int(scale)), dtype=np.float32)
+        img += cv2.resize(small, (size, size), interpolation=cv2.INTER_CUBIC) * rng.uniform(0.3, 1.0)
+    img = (img - img.min()) / max(float(img.max() - img.min()), 1e-6)
+    grey = 0.5 + rng.uniform(0.1, 0.9) * (img - 0.5)
+    tint = rng.uniform(0.3, 1.0, 3).astype(np.float32)
+    return np.clip(grey[..., None] * tint * 1.3 * 255, 0, 255).astype(np.uint8)
+
+
+def randomized_look(seed: int) -> SceneLook:
+    """A random scene look for domain randomisation (Tobin et al., 2017), drawn from ``seed``.
+
+    Table: a plain colour or a procedural noise texture (never the stand-in's photographs); a
+    backdrop texture or none; shadows on or off; light colour and ambient level; the fixed cameras
+    moved by up to 1.5 cm and turned by up to 0.015 rad. Only the look changes: objects, arms and
+    physics are the simulator's.
+    """
+    rng = np.random.default_rng([int(seed), 7351])
+    plain = rng.random() < 0.3
+    table_rgba = (*rng.uniform(0.2, 0.8, 3), 1.0)
+    cams = {c: (tuple(rng.uniform(-0.015, 0.015, 3)), tuple(rng.uniform(-0.015, 0.015, 3)))
+            for c in ("cam_high", "cam_front")}
+    base = rng.uniform(0.55, 1.0)
+    return SceneLook(shadows=bool(rng.random() < 0.5), offsamples=int(rng.choice([0, 4])),
+                     light_diffuse=tuple(np.clip(base * rng.uniform(0.8, 1.1, 3), 0, 1)),
+                     ambient=tuple(np.full(3, rng.uniform(0.2, 0.45)) * rng.uniform(0.9, 1.1, 3)),
+                     table_rgba=table_rgba, floor_rgba=(*rng.uniform(0.1, 0.5, 3), 1.0),
+                     table_texture=None if plain else _noise_texture(rng),
+                     backdrop_texture=_noise_texture(rng) if rng.random() < 0.6 else None, camera_offsets=cams)
 
 
 def per_frame(fn: Callable[[np.ndarray], np.ndarray]) -> FrameTransform:
@@ -106,7 +143,7 @@ def _poses_row(info: dict, objects) -> np.ndarray:
 
 def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
                     frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
-                    progress: bool = True) -> list[Path]:
+                    look: Callable[[int], SceneLook] | None = None, progress: bool = True) -> list[Path]:
     """Run the scripted expert for one episode per seed and store every ``frame_stride``-th frame.
 
     Args:
@@ -117,6 +154,8 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
         frame_stride: keep the frame of every this-many control steps (step 0 included).
         transform: applied to each episode's full frames before cropping (see the module docstring).
         env_kwargs: more ``gym.make`` keyword arguments (``physics=``, ``robot_config=`` ...).
+        look: sim ids only: ``look(seed) -> SceneLook`` gives each episode its own scene look
+            (domain randomisation, e.g. :func:`randomized_look`); the env is rebuilt per episode.
         progress: show a tqdm bar.
 
     Episodes run the whole time limit with ``terminate_on_success=False``, so frames after the
@@ -132,7 +171,11 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     out = Path(out)
     env_id = env_id or embodied_gym.env_id(config.task)
     real = "-Real-" in env_id
+    if look is not None and real:
+        raise ValueError(f"look= changes a simulator's scene; {env_id} is a robot (use a sim id)")
     source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"
+    if look is not None:
+        source += f"+look:{getattr(look, '__name__', 'look')}"
     _check_manifest(out, {**config.input_fields(), "source": source})
     todo = [s for s in seeds if not _episode_path(out, s).exists()]
     written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
@@ -144,13 +187,17 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     if real:
         kwargs["realtime"] = False
     kwargs.update(env_kwargs or {})
-    env = gym.make(env_id, **kwargs)
+    env = None
     try:
-        task = env.unwrapped.task.name
-        if task != config.task:
-            raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
-        expert = make_expert(env)
         for seed in tqdm(todo, desc=f"frames {env_id}", disable=not progress, unit="ep"):
+            if env is None or look is not None:
+                if env is not None:
+                    env.close()
+                env = gym.make(env_id, **kwargs, **({"look": look(int(seed))} if look is not None else {}))
+                task = env.unwrapped.task.name
+                if task != config.task:
+                    raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
+                expert = make_expert(env)
             frames, poses, steps = [], [], []
             obs, info = env.reset(seed=int(seed))
             expert.reset()
@@ -172,7 +219,8 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
                 frames = changed.astype(np.uint8)
             written.append(write_episode(out, config, int(seed), list(frames), np.stack(poses), steps, source=source))
     finally:
-        env.close()
+        if env is not None:
+            env.close()
     return written
 
 
@@ -217,4 +265,4 @@ def load_frames(folders: str | os.PathLike | Sequence[str | os.PathLike], config
     return Frames(np.concatenate(inputs), np.concatenate(poses), np.concatenate(episode))
 
 
-__all__ = ["generate_frames", "write_episode", "load_frames", "per_frame", "Frames", "MANIFEST", "FrameTransform"]
+__all__ = ["generate_frames", "write_episode", "load_frames", "per_frame", "randomized_look", "Frames", "MANIFEST", "FrameTransform"]

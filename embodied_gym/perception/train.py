@@ -77,8 +77,15 @@ def split_episodes(episode: np.ndarray, val_fraction: float, seed: int) -> tuple
 
 
 def augment_batch(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
-    """Photometric jitter of a (B, 3, H, W) batch in [0, 1]: gain, per-channel gain, offset, noise."""
+    """Photometric jitter of a (B, 3, H, W) batch in [0, 1]: blur (half the batches), gain,
+    per-channel gain, offset, noise."""
     b = x.shape[0]
+    if rng.random() < 0.5:
+        sigma = rng.uniform(0.3, 1.2)
+        k = torch.exp(-torch.arange(-2, 3, dtype=torch.float32) ** 2 / (2 * sigma**2))
+        k = (k / k.sum()).view(1, 1, 1, 5).repeat(3, 1, 1, 1)
+        x = F.conv2d(F.pad(x, (2, 2, 0, 0), mode="replicate"), k, groups=3)
+        x = F.conv2d(F.pad(x, (0, 0, 2, 2), mode="replicate"), k.transpose(2, 3), groups=3)
     gain = torch.from_numpy(rng.uniform(0.8, 1.2, (b, 1, 1, 1)) * rng.uniform(0.92, 1.08, (b, 3, 1, 1))).float()
     offset = torch.from_numpy(rng.uniform(-0.06, 0.06, (b, 1, 1, 1))).float()
     sigma = torch.from_numpy(rng.uniform(0.0, 0.03, (b, 1, 1, 1))).float()
