@@ -35,6 +35,8 @@ def main():
     p.add_argument("--val-episodes", type=int, default=8)
     p.add_argument("--standin-episodes", type=int, default=6)
     p.add_argument("--frame-stride", type=int, default=4)
+    p.add_argument("--layouts-per-episode", type=int, default=20,
+                   help="extra frames of fresh layouts (a reset each) after every training episode")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--variants", default="raw,raw_augmented,randomized",
@@ -53,14 +55,15 @@ def main():
         p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
     if "randomized" in variants:
         generate_frames(randomized, config, range(args.sim_episodes), frame_stride=args.frame_stride,
-                        look=randomized_look)
+                        look=randomized_look, layouts_per_episode=args.layouts_per_episode)
     results = {}
     for name in variants:
         folders = sets[name]
         train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw"}
         r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
                                val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,
-                               frame_stride=args.frame_stride, train=train)
+                               frame_stride=args.frame_stride, train=train,
+                               layouts_per_episode=args.layouts_per_episode)
         results.setdefault("frames", r["frames"])
         results.setdefault("centre_baseline", r["centre_baseline"])
         results.setdefault("models", {}).update(r["models"])

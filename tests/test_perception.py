@@ -233,9 +233,12 @@ def test_randomized_looks_change_the_frames_not_the_poses(tmp_path, expert_frame
     assert a.shadows == b.shadows and (a.table_texture is None or np.array_equal(a.table_texture, b.table_texture))
     assert any(randomized_look(0).table_rgba != randomized_look(s).table_rgba for s in range(1, 4))
     cfg = tiny_config()
-    out = generate_frames(tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look, progress=False)
+    out = generate_frames(tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look,
+                          layouts_per_episode=3, progress=False)
     with np.load(out[0], allow_pickle=False) as z:
-        dr_inputs, dr_poses = z["inputs"], z["poses"]
+        dr_inputs, dr_poses, steps = z["inputs"], z["poses"], z["steps"]
+    assert steps.tolist() == [0, 100, -1, -1, -1]
+    assert len({tuple(np.round(p[0, :2], 6)) for p in dr_poses[2:]}) == 3  # three fresh layouts
     raw = load_frames(expert_frames, cfg)
     np.testing.assert_allclose(dr_poses[0], raw.poses[0], atol=1e-9)  # same seed, same layout
     assert np.abs(dr_inputs[0].astype(int) - raw.inputs[0].astype(int)).mean() > 5

@@ -12,7 +12,8 @@ Layout of a frame folder::
                                    size, objects, transform): a later run must match it
     <out>/episode_<seed>.npz       one episode: ``inputs`` (T, h, w, 3) uint8 network inputs
                                    (cropped and resized), ``poses`` (T, n_objects, 7) ``[x, y, z,
-                                   qw, qx, qy, qz]``, ``steps`` (T,), ``seed``
+                                   qw, qx, qy, qz]``, ``steps`` (T,: the control step, -1 for
+                                   extra layouts at reset), ``seed``
 
 Each episode file is written atomically (:func:`embodied_gym.atomic.atomic_path`) and skipped when
 it exists, so an interrupted :func:`generate_frames` resumes where it stopped. Files are read with
@@ -143,7 +144,8 @@ def _poses_row(info: dict, objects) -> np.ndarray:
 
 def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
                     frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
-                    look: Callable[[int], SceneLook] | None = None, progress: bool = True) -> list[Path]:
+                    look: Callable[[int], SceneLook] | None = None, layouts_per_episode: int = 0,
+                    progress: bool = True) -> list[Path]:
     """Run the scripted expert for one episode per seed and store every ``frame_stride``-th frame.
 
     Args:
@@ -156,6 +158,10 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
         env_kwargs: more ``gym.make`` keyword arguments (``physics=``, ``robot_config=`` ...).
         look: sim ids only: ``look(seed) -> SceneLook`` gives each episode its own scene look
             (domain randomisation, e.g. :func:`randomized_look`); the env is rebuilt per episode.
+        layouts_per_episode: after each episode, this many more frames of fresh layouts (a reset
+            with a seed derived from the episode's, arms at the start pose; stored with step -1):
+            many layouts cost a reset each, not an episode. ``transform`` gets them as a second
+            batch, separate from the episode's video.
         progress: show a tqdm bar.
 
     Episodes run the whole time limit with ``terminate_on_success=False``, so frames after the
@@ -211,17 +217,30 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
                 t += 1
                 if terminated or truncated or info.get("physics_error"):
                     break
-            frames = np.stack(frames)
-            if transform is not None:
-                changed = np.asarray(transform(frames))
-                if changed.shape != frames.shape:
-                    raise ValueError(f"transform {source} returned frames of shape {changed.shape}, expected {frames.shape}")
-                frames = changed.astype(np.uint8)
+            frames = _transformed(transform, np.stack(frames), source)
+            extra = []
+            for k in range(layouts_per_episode):
+                layout_seed = int(np.random.default_rng([int(seed), k, 4242]).integers(2**31 - 1))
+                obs, info = env.reset(seed=layout_seed)
+                extra.append(obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size))
+                poses.append(_poses_row(info, config.objects))
+                steps.append(-1)
+            if extra:
+                frames = np.concatenate([frames, _transformed(transform, np.stack(extra), source)])
             written.append(write_episode(out, config, int(seed), list(frames), np.stack(poses), steps, source=source))
     finally:
         if env is not None:
             env.close()
     return written
+
+
+def _transformed(transform: FrameTransform | None, frames: np.ndarray, source: str) -> np.ndarray:
+    if transform is None:
+        return frames
+    changed = np.asarray(transform(frames))
+    if changed.shape != frames.shape:
+        raise ValueError(f"transform {source} returned frames of shape {changed.shape}, expected {frames.shape}")
+    return changed.astype(np.uint8)
 
 
 @dataclass

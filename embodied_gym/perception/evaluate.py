@@ -85,11 +85,13 @@ def time_per_frame(model: PoseEstimator, frames: int = 50, threads: int = 1) -> 
 
 def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Sequence[str | os.PathLike]] | None = None,
                        sim_episodes: int = 60, val_episodes: int = 8, standin_episodes: int = 6, frame_stride: int = 4,
-                       train: dict | None = None, standin_kwargs: dict | None = None, progress: bool = True) -> dict:
+                       train: dict | None = None, standin_kwargs: dict | None = None, layouts_per_episode: int = 0,
+                       progress: bool = True) -> dict:
     """Train pose estimators on sim frames and report their pose errors on held-out sim and stand-in frames.
 
     Frames (``<out>/frames/``): ``sim_train`` (seeds ``0..sim_episodes-1``), ``sim_val`` (seeds from
-    10000) in the task's nominal sim, and ``standin`` (seeds from 20000) on the ``-Real-`` env, whose
+    10000) in the task's nominal sim (``sim_train`` with ``layouts_per_episode`` extra layouts per
+    episode), and ``standin`` (seeds from 20000) on the ``-Real-`` env, whose
     ground truth is the stand-in's ``info["object_poses"]`` (evaluation only). ``train_sets`` names
     the training data of each model (default ``{"raw": [<out>/frames/sim_train]}``; add VisAligner
     frame folders written by :func:`~embodied_gym.perception.data.write_episode` to compare). Each
@@ -107,7 +109,8 @@ def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Seq
 
     out = Path(out)
     fr = out / "frames"
-    generate_frames(fr / "sim_train", config, range(sim_episodes), frame_stride=frame_stride, progress=progress)
+    generate_frames(fr / "sim_train", config, range(sim_episodes), frame_stride=frame_stride,
+                    layouts_per_episode=layouts_per_episode, progress=progress)
     generate_frames(fr / "sim_val", config, range(10000, 10000 + val_episodes), frame_stride=frame_stride,
                     progress=progress)
     generate_frames(fr / "standin", config, range(20000, 20000 + standin_episodes),
