@@ -53,6 +53,9 @@ def main():
     unknown = [v for v in variants if v not in sets]
     if unknown:
         p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+    if {"raw", "raw_augmented"} & set(variants):
+        generate_frames(sim_train, config, range(args.sim_episodes), frame_stride=args.frame_stride,
+                        layouts_per_episode=args.layouts_per_episode)
     if "randomized" in variants:
         generate_frames(randomized, config, range(args.sim_episodes), frame_stride=args.frame_stride,
                         look=randomized_look, layouts_per_episode=args.layouts_per_episode)

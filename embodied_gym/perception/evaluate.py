@@ -93,7 +93,8 @@ def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Seq
     10000) in the task's nominal sim (``sim_train`` with ``layouts_per_episode`` extra layouts per
     episode), and ``standin`` (seeds from 20000) on the ``-Real-`` env, whose
     ground truth is the stand-in's ``info["object_poses"]`` (evaluation only). ``train_sets`` names
-    the training data of each model (default ``{"raw": [<out>/frames/sim_train]}``; add VisAligner
+    the training data of each model (default ``{"raw": [<out>/frames/sim_train]}``, generated here;
+    folders given in ``train_sets`` must exist already: add VisAligner
     frame folders written by :func:`~embodied_gym.perception.data.write_episode` to compare). Each
     model is trained into ``<out>/models/<name>`` with ``train`` (:class:`PoseTrainConfig` fields).
     Everything is resumable (frames and checkpoints).
@@ -109,8 +110,9 @@ def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Seq
 
     out = Path(out)
     fr = out / "frames"
-    generate_frames(fr / "sim_train", config, range(sim_episodes), frame_stride=frame_stride,
-                    layouts_per_episode=layouts_per_episode, progress=progress)
+    if train_sets is None:
+        generate_frames(fr / "sim_train", config, range(sim_episodes), frame_stride=frame_stride,
+                        layouts_per_episode=layouts_per_episode, progress=progress)
     generate_frames(fr / "sim_val", config, range(10000, 10000 + val_episodes), frame_stride=frame_stride,
                     progress=progress)
     generate_frames(fr / "standin", config, range(20000, 20000 + standin_episodes),
