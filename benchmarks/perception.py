@@ -1,7 +1,7 @@
 """Pose error of the perception model on held-out sim frames and on stand-in ("real") frames.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py [--task PickCup] [--sim-episodes 60]
-        [--standin-episodes 6] [--steps 1500] [--out outputs/bench_perception]
+        [--standin-episodes 6] [--steps 1500] [--out runs/bench/perception]
 
 Trains a pose estimator (embodied_gym.perception) on raw renders of scripted-expert episodes in the
 nominal sim (without augmentation, with photometric augmentation, and on domain-randomised scene
@@ -30,7 +30,7 @@ from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="PickCup")
-    p.add_argument("--out", default="outputs/bench_perception")
+    p.add_argument("--out", default="runs/bench/perception")
     p.add_argument("--sim-episodes", type=int, default=60)
     p.add_argument("--val-episodes", type=int, default=8)
     p.add_argument("--standin-episodes", type=int, default=6)
