@@ -1,0 +1,96 @@
+"""Pose error of the perception model on held-out sim frames and on stand-in ("real") frames.
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py [--task PickCup] [--sim-episodes 60]
+        [--standin-episodes 6] [--steps 1500] [--out runs/bench/perception]
+
+Trains a pose estimator (embodied_gym.perception) on raw renders of scripted-expert episodes in the
+nominal sim (without augmentation, with photometric augmentation, and on domain-randomised scene
+looks with augmentation: ``--variants``), and reports per object the
+horizontal position error (cm), the height error (cm) and the yaw error (deg) on held-out sim
+episodes and on stand-in episodes (ground truth from the stand-in's ``info["object_poses"]``, as a
+motion-capture system would report it: evaluation only). The stand-in figure is the visual gap
+VisAligner (arXiv 2507.05198, section 3.2) has to close; add a model trained on VisAligner frames
+with ``measure_visual_gap(train_sets=...)``. Resumable: rerun the same command after an interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from embodied_gym.atomic import write_json  # noqa: E402
+from embodied_gym.perception import PoseEstimatorConfig, generate_frames  # noqa: E402
+from embodied_gym.perception.data import randomized_look  # noqa: E402
+from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--task", default="PickCup")
+    p.add_argument("--out", default="runs/bench/perception")
+    p.add_argument("--sim-episodes", type=int, default=60)
+    p.add_argument("--val-episodes", type=int, default=8)
+    p.add_argument("--standin-episodes", type=int, default=6)
+    p.add_argument("--frame-stride", type=int, default=4)
+    p.add_argument("--layouts-per-episode", type=int, default=20,
+                   help="extra frames of fresh layouts (a reset each) after every training episode")
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--variants", default="raw,raw_augmented,randomized",
+                   help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
+                        "augmentation), randomized (domain-randomised scene looks + augmentation)")
+    args = p.parse_args()
+
+    config = PoseEstimatorConfig(task=args.task)
+    t0 = time.perf_counter()
+    sim_train = os.path.join(args.out, "frames", "sim_train")
+    randomized = os.path.join(args.out, "frames", "sim_train_randomized")
+    sets = {"raw": [sim_train], "raw_augmented": [sim_train], "randomized": [randomized]}
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in sets]
+    if unknown:
+        p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+    if {"raw", "raw_augmented"} & set(variants):
+        generate_frames(sim_train, config, range(args.sim_episodes), frame_stride=args.frame_stride,
+                        layouts_per_episode=args.layouts_per_episode)
+    if "randomized" in variants:
+        generate_frames(randomized, config, range(args.sim_episodes), frame_stride=args.frame_stride,
+                        look=randomized_look, layouts_per_episode=args.layouts_per_episode)
+    results = {}
+    for name in variants:
+        folders = sets[name]
+        train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw"}
+        r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
+                               val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,
+                               frame_stride=args.frame_stride, train=train,
+                               layouts_per_episode=args.layouts_per_episode)
+        results.setdefault("frames", r["frames"])
+        results.setdefault("centre_baseline", r["centre_baseline"])
+        results.setdefault("models", {}).update(r["models"])
+    results["config"] = {**config.to_dict(), **vars(args)}
+    results["wall_s"] = time.perf_counter() - t0
+    write_json(os.path.join(args.out, "results.json"), results)
+
+    print(f"\n{args.task}: crop {config.crop} of a {config.frame_size} {config.camera} frame -> {config.input_size}; "
+          f"frames: {results['frames']}; {results['wall_s'] / 60:.1f} min")
+    print(f"{'model':<15} {'frames on':<9} {'object':<8} {'xy cm (mean/median/p90)':<26} {'z cm':>6} {'yaw deg':>8} {'ms/frame':>9}")
+    b = results["centre_baseline"]["standin"]
+    for obj, e in b.items():
+        if obj != "frames":
+            print(f"{'range centre':<15} {'standin':<9} {obj:<8} {e['xy_cm']:<26.2f} {e.get('z_cm', float('nan')):>6.2f} "
+                  f"{e.get('yaw_deg', float('nan')):>8.2f}")
+    for name, m in results["models"].items():
+        for where in ("sim", "standin"):
+            for obj, e in m[where].items():
+                if obj == "frames":
+                    continue
+                xy = f"{e['xy_cm']:.2f} / {e['xy_cm_median']:.2f} / {e['xy_cm_p90']:.2f}"
+                print(f"{name:<15} {where:<9} {obj:<8} {xy:<26} {e.get('z_cm', float('nan')):>6.2f} "
+                      f"{e.get('yaw_deg', float('nan')):>8.2f} {m['ms_per_frame']:>9.2f}")
+
+
+if __name__ == "__main__":
+    main()

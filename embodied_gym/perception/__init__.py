@@ -1,0 +1,27 @@
+"""Perception: a small CNN that estimates the task objects' poses from a camera frame.
+
+The camera stays in the loop while the policy learns from a low-dimensional observation, which
+trains on 2 CPU cores where end-to-end image policies do not. In the paper's Real2Sim2Real loop
+(arXiv 2507.05198, section 3) the model is trained in the simulator, where the poses are known,
+on raw renders or on VisAligner frames, and runs on the robot's camera.
+
+- :class:`PoseEstimatorConfig` (configuration) and :class:`PoseEstimator` (modeling): the model,
+  saved as ``config.json`` + ``model.safetensors``.
+- :func:`generate_frames`, :func:`write_episode`, :func:`load_frames` (data): frames with
+  ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
+  domain-randomised scene looks.
+- :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate).
+- :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy.
+"""
+
+from embodied_gym.perception.configuration import PoseEstimatorConfig
+from embodied_gym.perception.data import (Frames, generate_frames, load_frames, per_frame, randomized_look,
+                                          write_episode)
+from embodied_gym.perception.evaluate import pose_errors
+from embodied_gym.perception.modeling import PoseEstimator
+from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
+from embodied_gym.perception.wrapper import PoseEstimateWrapper
+
+__all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "write_episode", "load_frames", "per_frame",
+           "randomized_look",
+           "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper"]

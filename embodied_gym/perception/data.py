@@ -1,0 +1,287 @@
+"""Training and evaluation frames for a pose estimator: camera frames with ground-truth object poses.
+
+Frames come from scripted-expert episodes (:mod:`embodied_gym.envs.experts`), so the arms occlude
+the objects and the cup gets lifted, as at test time; each episode's layout is drawn from its seed.
+The ground truth is ``info["object_poses"]``: privileged state that the simulator knows and that the
+stand-in robot reports for evaluation (as a motion-capture system would). It is used here as
+*labels* only and never reaches a policy's observation.
+
+Layout of a frame folder::
+
+    <out>/frames.json              what the frames are (task, env id, camera, frame size, crop, input
+                                   size, objects, transform): a later run must match it
+    <out>/episode_<seed>.npz       one episode: ``inputs`` (T, h, w, 3) uint8 network inputs
+                                   (cropped and resized), ``poses`` (T, n_objects, 7) ``[x, y, z,
+                                   qw, qx, qy, qz]``, ``steps`` (T,: the control step, -1 for
+                                   extra layouts at reset), ``seed``
+
+Each episode file is written atomically (:func:`embodied_gym.atomic.atomic_path`) and skipped when
+it exists, so an interrupted :func:`generate_frames` resumes where it stopped. Files are read with
+``allow_pickle=False``.
+
+Frames can be changed before they are stored (:func:`generate_frames`'s ``transform``: a callable
+``(T, H, W, 3) uint8 -> (T, H, W, 3) uint8`` over one episode's full camera frames, such as a
+VisAligner generation; :func:`per_frame` adapts an image -> image function), or frames made
+elsewhere can be added with their poses (:func:`write_episode`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from embodied_gym.atomic import atomic_path, write_json
+from embodied_gym.envs.scene import SceneLook
+from embodied_gym.perception.configuration import PoseEstimatorConfig
+
+MANIFEST = "frames.json"
+FrameTransform = Callable[[np.ndarray], np.ndarray]
+
+
+def _noise_texture(rng: np.random.Generator, size: int = 256) -> np.ndarray:
+    """A random procedural texture: octaves of smoothed noise at random scales, contrast and tint."""
+    import cv2
+
+    img = np.zeros((size, size), np.float32)
+    for scale in rng.choice([4, 8, 16, 32, 64, 128], size=int(rng.integers(1, 4)), replace=False):
+        small = rng.random((int(scale), int(scale)), dtype=np.float32)
+        img += cv2.resize(small, (size, size), interpolation=cv2.INTER_CUBIC) * rng.uniform(0.3, 1.0)
+    img = (img - img.min()) / max(float(img.max() - img.min()), 1e-6)
+    grey = 0.5 + rng.uniform(0.1, 0.9) * (img - 0.5)
+    tint = rng.uniform(0.3, 1.0, 3).astype(np.float32)
+    return np.clip(grey[..., None] * tint * 1.3 * 255, 0, 255).astype(np.uint8)
+
+
+def randomized_look(seed: int) -> SceneLook:
+    """A random scene look for domain randomisation (Tobin et al., 2017), drawn from ``seed``.
+
+    Table: a plain colour or a procedural noise texture (never the stand-in's photographs); a
+    backdrop texture or none; shadows on or off; light colour and ambient level; the fixed cameras
+    moved by up to 1.5 cm and turned by up to 0.015 rad. Only the look changes: objects, arms and
+    physics are the simulator's.
+    """
+    rng = np.random.default_rng([int(seed), 7351])
+    plain = rng.random() < 0.3
+    table_rgba = (*rng.uniform(0.2, 0.8, 3), 1.0)
+    cams = {c: (tuple(rng.uniform(-0.015, 0.015, 3)), tuple(rng.uniform(-0.015, 0.015, 3)))
+            for c in ("cam_high", "cam_front")}
+    base = rng.uniform(0.55, 1.0)
+    return SceneLook(shadows=bool(rng.random() < 0.5), offsamples=int(rng.choice([0, 4])),
+                     light_diffuse=tuple(np.clip(base * rng.uniform(0.8, 1.1, 3), 0, 1)),
+                     ambient=tuple(np.full(3, rng.uniform(0.2, 0.45)) * rng.uniform(0.9, 1.1, 3)),
+                     table_rgba=table_rgba, floor_rgba=(*rng.uniform(0.1, 0.5, 3), 1.0),
+                     table_texture=None if plain else _noise_texture(rng),
+                     backdrop_texture=_noise_texture(rng) if rng.random() < 0.6 else None, camera_offsets=cams)
+
+
+def per_frame(fn: Callable[[np.ndarray], np.ndarray]) -> FrameTransform:
+    """An episode transform that applies the image -> image function ``fn`` to each frame."""
+
+    def transform(frames: np.ndarray) -> np.ndarray:
+        return np.stack([fn(f) for f in frames])
+
+    transform.__name__ = getattr(fn, "__name__", "per_frame")
+    return transform
+
+
+def _episode_path(out: Path, seed: int) -> Path:
+    return out / f"episode_{int(seed):06d}.npz"
+
+
+def _check_manifest(out: Path, want: dict) -> None:
+    path = out / MANIFEST
+    if not path.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(path, want)
+        return
+    have = json.loads(path.read_text())
+    diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+    if diff:
+        raise ValueError(f"{path} was written for other frames ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
+                         f"use another output folder or delete {out}")
+
+
+def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int, frames: Sequence[np.ndarray],
+                  poses: np.ndarray, steps: Sequence[int] | None = None, source: str = "external",
+                  cropped: bool = False) -> Path:
+    """Store one episode of full camera ``frames`` (T of (H, W, 3) uint8) with their object ``poses``
+    (T, len(config.objects), 7) in the frame folder ``out``; returns the episode file.
+
+    For frames made outside :func:`generate_frames` (a VisAligner generation of a recorded sim
+    episode, whose poses are the sim's); ``source`` is recorded in ``frames.json``. With
+    ``cropped=True`` the frames are images of the crop region alone
+    (:meth:`~embodied_gym.perception.configuration.PoseEstimatorConfig.preprocess_crop`), for a
+    generator trained on the table region only.
+    """
+    out = Path(out)
+    poses = np.asarray(poses, dtype=np.float64)
+    if len(frames) != len(poses) or poses.ndim != 3 or poses.shape[1:] != (len(config.objects), 7):
+        raise ValueError(f"write_episode needs one pose row (n_objects={len(config.objects)}, 7) per frame; "
+                         f"got {len(frames)} frames and poses of shape {poses.shape}")
+    _check_manifest(out, {**config.input_fields(), "source": source})
+    prep = config.preprocess_crop if cropped else config.preprocess
+    inputs = np.stack([prep(f) for f in frames]) if len(frames) else np.zeros((0, *config.input_size, 3), np.uint8)
+    steps = np.arange(len(frames)) if steps is None else np.asarray(steps)
+    path = _episode_path(out, seed)
+    with atomic_path(path) as tmp:
+        np.savez(tmp, inputs=inputs, poses=poses, steps=steps.astype(np.int64), seed=np.int64(seed))
+    return path
+
+
+def _poses_row(info: dict, objects) -> np.ndarray:
+    poses = info.get("object_poses")
+    if poses is None:
+        raise ValueError("the env's info has no 'object_poses': ground truth comes from the sim env or from a "
+                         "robot that reports it (the stand-in's task_status)")
+    return np.stack([np.asarray(poses[o], dtype=np.float64) for o in objects])
+
+
+def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
+                    frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
+                    look: Callable[[int], SceneLook] | None = None, layouts_per_episode: int = 0,
+                    progress: bool = True) -> list[Path]:
+    """Run the scripted expert for one episode per seed and store every ``frame_stride``-th frame.
+
+    Args:
+        out: the frame folder (see the module docstring); existing episodes are kept (resume).
+        config: decides the camera, the frame size, the crop and the objects.
+        seeds: one episode per seed (the layout is drawn from it).
+        env_id: a sim or ``-Real-`` id; default the task's sim id. Real ids run with ``realtime=False``.
+        frame_stride: keep the frame of every this-many control steps (step 0 included).
+        transform: applied to each episode's full frames before cropping (see the module docstring).
+        env_kwargs: more ``gym.make`` keyword arguments (``physics=``, ``robot_config=`` ...).
+        look: sim ids only: ``look(seed) -> SceneLook`` gives each episode its own scene look
+            (domain randomisation, e.g. :func:`randomized_look`); the env is rebuilt per episode.
+        layouts_per_episode: after each episode, this many more frames of fresh layouts (a reset
+            with a seed derived from the episode's, arms at the start pose; stored with step -1):
+            many layouts cost a reset each, not an episode. ``transform`` gets them as a second
+            batch, separate from the episode's video.
+        progress: show a tqdm bar.
+
+    Episodes run the whole time limit with ``terminate_on_success=False``, so frames after the
+    grasp (the cup lifted and held) are included.
+    """
+    from tqdm.auto import tqdm
+
+    import embodied_gym
+    from embodied_gym.envs.experts import make_expert
+
+    if frame_stride < 1:
+        raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
+    out = Path(out)
+    env_id = env_id or embodied_gym.env_id(config.task)
+    real = "-Real-" in env_id
+    if look is not None and real:
+        raise ValueError(f"look= changes a simulator's scene; {env_id} is a robot (use a sim id)")
+    source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"
+    if look is not None:
+        source += f"+look:{getattr(look, '__name__', 'look')}"
+    _check_manifest(out, {**config.input_fields(), "source": source})
+    todo = [s for s in seeds if not _episode_path(out, s).exists()]
+    written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
+    if not todo:
+        return written
+    kwargs = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
+    # A sim env renders only the kept frames; a robot's frames come through its observation.
+    kwargs["obs_type"] = "pixels_state" if real else "state"
+    if real:
+        kwargs["realtime"] = False
+    kwargs.update(env_kwargs or {})
+    env = None
+    try:
+        for seed in tqdm(todo, desc=f"frames {env_id}", disable=not progress, unit="ep"):
+            if env is None or look is not None:
+                if env is not None:
+                    env.close()
+                env = gym.make(env_id, **kwargs, **({"look": look(int(seed))} if look is not None else {}))
+                task = env.unwrapped.task.name
+                if task != config.task:
+                    raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
+                expert = make_expert(env)
+            frames, poses, steps = [], [], []
+            obs, info = env.reset(seed=int(seed))
+            expert.reset()
+            t = 0
+            while True:
+                if t % frame_stride == 0:
+                    frames.append(obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size))
+                    poses.append(_poses_row(info, config.objects))
+                    steps.append(t)
+                obs, _, terminated, truncated, info = env.step(expert(obs, info))
+                t += 1
+                if terminated or truncated or info.get("physics_error"):
+                    break
+            frames = _transformed(transform, np.stack(frames), source)
+            extra = []
+            for k in range(layouts_per_episode):
+                layout_seed = int(np.random.default_rng([int(seed), k, 4242]).integers(2**31 - 1))
+                obs, info = env.reset(seed=layout_seed)
+                extra.append(obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size))
+                poses.append(_poses_row(info, config.objects))
+                steps.append(-1)
+            if extra:
+                frames = np.concatenate([frames, _transformed(transform, np.stack(extra), source)])
+            written.append(write_episode(out, config, int(seed), list(frames), np.stack(poses), steps, source=source))
+    finally:
+        if env is not None:
+            env.close()
+    return written
+
+
+def _transformed(transform: FrameTransform | None, frames: np.ndarray, source: str) -> np.ndarray:
+    if transform is None:
+        return frames
+    changed = np.asarray(transform(frames))
+    if changed.shape != frames.shape:
+        raise ValueError(f"transform {source} returned frames of shape {changed.shape}, expected {frames.shape}")
+    return changed.astype(np.uint8)
+
+
+@dataclass
+class Frames:
+    """Frames loaded from one or more frame folders."""
+
+    inputs: np.ndarray  # (N, h, w, 3) uint8 network inputs
+    poses: np.ndarray  # (N, n_objects, 7)
+    episode: np.ndarray  # (N,) index of the episode file each frame came from (for splits)
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+def load_frames(folders: str | os.PathLike | Sequence[str | os.PathLike], config: PoseEstimatorConfig) -> Frames:
+    """All episodes of the frame folders, checked against ``config`` (same camera, crop, sizes, objects)."""
+    if isinstance(folders, (str, os.PathLike)):
+        folders = [folders]
+    inputs, poses, episode = [], [], []
+    n_ep = 0
+    for folder in folders:
+        folder = Path(folder)
+        manifest = folder / MANIFEST
+        if not manifest.exists():
+            raise FileNotFoundError(f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
+                                    f"embodied_gym.perception.generate_frames")
+        have = json.loads(manifest.read_text())
+        want = config.input_fields()
+        diff = [k for k, v in want.items() if have.get(k) != v]
+        if diff:
+            raise ValueError(f"{manifest} differs from the estimator config in {diff} "
+                             f"({[(have.get(k), want[k]) for k in diff]}); generate frames with this config")
+        for path in sorted(folder.glob("episode_*.npz")):
+            with np.load(path, allow_pickle=False) as z:
+                inputs.append(z["inputs"])
+                poses.append(z["poses"])
+            episode.append(np.full(len(inputs[-1]), n_ep))
+            n_ep += 1
+    if not inputs:
+        raise ValueError(f"no episodes in {[str(f) for f in folders]}")
+    return Frames(np.concatenate(inputs), np.concatenate(poses), np.concatenate(episode))
+
+
+__all__ = ["generate_frames", "write_episode", "load_frames", "per_frame", "randomized_look", "Frames", "MANIFEST", "FrameTransform"]

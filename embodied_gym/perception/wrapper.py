@@ -1,0 +1,92 @@
+"""``PoseEstimateWrapper``: adds the perception model's object-pose estimate to the observation.
+
+The wrapper reads the camera frame that is already in the observation, runs the
+:class:`~embodied_gym.perception.modeling.PoseEstimator` on it and adds the estimate under
+``"object_pose_estimate"``. It never reads ``info`` or any simulator state, so it works identically
+on sim ids and ``-Real-`` ids (where the frame is the stand-in robot's or a real robot's camera) and
+never hands a policy privileged state: in the paper's Real2Sim2Real loop (arXiv 2507.05198) a policy
+trained in the simulator must run on the robot from what the robot can observe.
+"""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from embodied_gym.perception.modeling import PoseEstimator
+
+KEY = "object_pose_estimate"
+
+
+class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
+    """Add ``obs["object_pose_estimate"]`` (the estimated object poses) to a Dict observation.
+
+    Args:
+        env: an embodied-gym env (sim or real) made with the estimator's camera in ``cameras`` and
+            ``obs_type="pixels"`` or ``"pixels_state"``, at an ``image_size`` with the estimator's
+            aspect ratio whose crop is at least its input size (its training ``frame_size`` always works).
+        estimator: a :class:`PoseEstimator` or the folder it was saved in.
+        key: the observation key of the estimate.
+        device: torch device when ``estimator`` is a folder.
+
+    The estimate is a ``Box`` of shape ``(estimator.config.output_dim,)`` float32 whose entries are
+    ``estimator.config.output_names``, in physical units: per object ``x``, ``y`` (m, world frame),
+    ``z`` (m, when the model predicts height) and, for objects with visible yaw, ``cos``/``sin`` of
+    ``k * yaw`` (``k`` its symmetry order). For the default PickCup estimator that is 3 values:
+    ``[cup.x, cup.y, cup.z]``. Bounds: x in [-1, 1], y in [-0.5, 1.5], z in [-0.5, 1], cos/sin in
+    [-1, 1]; the estimate is clipped into them. The other observation entries are unchanged.
+
+    For LeRobot's ACT: record the wrapped env, storing ``obs["object_pose_estimate"]`` (the
+    estimate, never the ground truth, so the policy learns with the estimator's errors) as the
+    feature ``observation.environment_state`` (dtype float32, shape ``(output_dim,)``, names
+    ``output_names``) next to ``observation.state`` (``joint_pos``); ACT feeds it through its
+    ``encoder_env_state_input_proj`` token. ACT's default ``normalization_mapping`` has no ``ENV``
+    entry (the feature would enter unnormalised): set ``"ENV": MEAN_STD`` (with the std floor) or
+    store ``estimator.config.normalise(estimate)`` instead, which maps the start ranges to [-1, 1].
+
+    Raises:
+        ValueError: the observation is not a Dict, lacks the camera frame (the message names the
+            ``gym.make`` arguments that add it), the frame size does not fit the estimator, or the
+            env's task is not the estimator's.
+    """
+
+    def __init__(self, env: gym.Env, estimator: PoseEstimator | str | os.PathLike, key: str = KEY,
+                 device: str = "cpu"):
+        gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, device=device)
+        gym.ObservationWrapper.__init__(self, env)
+        if not isinstance(estimator, PoseEstimator):
+            estimator = PoseEstimator.from_pretrained(estimator, device=device)
+        self.estimator = estimator.eval()
+        self.key = key
+        cfg = estimator.config
+        space = env.observation_space
+        cam = cfg.camera
+        if not isinstance(space, spaces.Dict):
+            raise ValueError(f"PoseEstimateWrapper needs a Dict observation with the {cam!r} frame, got "
+                             f"{type(space).__name__}: make the env with obs_type='pixels_state', cameras=({cam!r},)")
+        if cam not in space.spaces:
+            raise ValueError(f"the observation has no {cam!r} frame (keys: {list(space.spaces)}), which the pose "
+                             f"estimator reads: make the env with obs_type='pixels_state' (or 'pixels') and "
+                             f"cameras=({cam!r},), e.g. gym.make(id, obs_type='pixels_state', cameras=({cam!r},), "
+                             f"image_size={tuple(cfg.frame_size)})")
+        if key in space.spaces:
+            raise ValueError(f"the observation already has a {key!r} entry; pass another key=")
+        task = getattr(env.unwrapped, "task", None)
+        if task is not None and getattr(task, "name", cfg.task) != cfg.task:
+            raise ValueError(f"the pose estimator was trained for {cfg.task}, but the env runs {task.name}")
+        cfg.crop_box(space.spaces[cam].shape)  # raises with the image_size fix when the frame does not fit
+        low, high = cfg.output_bounds()
+        self._low, self._high = low, high
+        self.observation_space = spaces.Dict({**space.spaces, key: spaces.Box(low, high, dtype=np.float32)})
+
+    def observation(self, observation: dict) -> dict:
+        estimate = self.estimator.estimate(observation[self.estimator.config.camera])
+        if not np.all(np.isfinite(estimate)):
+            raise RuntimeError(f"the pose estimator returned a non-finite estimate {estimate}; check its weights")
+        return {**observation, self.key: np.clip(estimate, self._low, self._high).astype(np.float32)}
+
+
+__all__ = ["PoseEstimateWrapper", "KEY"]

@@ -1,0 +1,247 @@
+"""The perception path: pose estimator files, frame generation, training, the observation wrapper."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils.env_checker import check_env as gym_check_env
+
+import embodied_gym
+from embodied_gym.perception import (PoseEstimateWrapper, PoseEstimator, PoseEstimatorConfig, PoseTrainConfig,
+                                     generate_frames, load_frames, per_frame, pose_errors, train_pose_estimator,
+                                     write_episode)
+from embodied_gym.perception.configuration import yaw_error_deg
+
+# Tiny sizes: a 48x64 frame, its crop (24x38 px) resized to 20x32.
+SMALL = (48, 64)
+
+
+def tiny_config(task: str = "PickCup", **kw) -> PoseEstimatorConfig:
+    return PoseEstimatorConfig(task=task, frame_size=SMALL, input_size=(20, 32), channels=(8, 8, 16, 16),
+                               keypoints=8, hidden=32, **kw)
+
+
+def test_config_outputs_and_normalisation():
+    cup = PoseEstimatorConfig()
+    assert cup.output_names == ["cup.x", "cup.y", "cup.z"]
+    pen = PoseEstimatorConfig(task="PenInCup")
+    assert pen.output_names == ["pen.x", "pen.y", "pen.z", "pen.cos_yaw", "pen.sin_yaw", "pencup.x", "pencup.y", "pencup.z"]
+    # A pen turned by 180 degrees looks the same: its target does not change.
+    poses = np.zeros((2, 2, 7))
+    poses[:, :, 3] = 1.0
+    poses[1, 0, 3:7] = [0.0, 0.0, 0.0, 1.0]  # yaw = pi
+    t = pen.targets(poses)
+    np.testing.assert_allclose(t[0], t[1], atol=1e-9)
+    np.testing.assert_allclose(pen.denormalise(pen.normalise(t)), t, atol=1e-9)
+    assert yaw_error_deg(np.cos(0.2), np.sin(0.2), 1.0, 0.0, 2) == pytest.approx(np.degrees(0.1))
+    with pytest.raises(ValueError, match="not objects of PickCup"):
+        PoseEstimatorConfig(objects=("pen",))
+    with pytest.raises(ValueError, match="crop"):
+        PoseEstimatorConfig(crop=(0.5, 0.2, 0.4, 0.8))
+
+
+def test_default_crop_keeps_the_cup_8px_wide():
+    """At the default config the 5 cm cup is at least 8 px wide in the network input."""
+    import mujoco
+
+    cfg = PoseEstimatorConfig()
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+    u = env.unwrapped
+    seg = mujoco.Renderer(u.model, *cfg.frame_size)
+    seg.enable_segmentation_rendering()
+    cup = [i for i in range(u.model.ngeom) if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")]
+    t, l, b, r = cfg.crop_box(cfg.frame_size)
+    sx = cfg.input_size[1] / (r - l)
+    widths = []
+    for seed in range(3):
+        env.reset(seed=seed)
+        seg.update_scene(u.data, camera=cfg.camera)
+        xs = np.nonzero(np.isin(seg.render()[..., 0], cup))[1]
+        assert xs.min() >= l and xs.max() < r  # inside the crop
+        widths.append((xs.max() - xs.min() + 1) * sx)
+    seg.close()
+    env.close()
+    assert min(widths) >= 8, widths
+
+
+def test_save_load_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = PoseEstimator(tiny_config("PenInCup")).eval()
+    frame = np.random.default_rng(0).integers(0, 255, (*SMALL, 3), dtype=np.uint8)
+    folder = model.save_pretrained(tmp_path / "est")
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = PoseEstimator.from_pretrained(folder)
+    assert loaded.config.to_dict() == model.config.to_dict()
+    np.testing.assert_array_equal(loaded.estimate(frame), model.estimate(frame))
+    assert loaded.estimate(frame).shape == (8,)
+
+
+def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no pose estimator folder"):
+        PoseEstimator.from_pretrained(tmp_path / "missing")
+    folder = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "est")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors is missing"):
+        PoseEstimator.from_pretrained(folder)
+    other = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "o")
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["hidden"] = 64  # weights no longer fit
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="does not fit"):
+        PoseEstimator.from_pretrained(other)
+    cfg["colour"] = 1
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="unknown keys"):
+        PoseEstimator.from_pretrained(other)
+
+
+@pytest.mark.parametrize("real", [False, True], ids=["sim", "real"])
+def test_wrapper_passes_check_env(real):
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    torch.manual_seed(0)
+    est = PoseEstimator(tiny_config())
+    kw = {"realtime": False} if real else {}
+    env = gym.make(embodied_gym.env_id("PickCup", real=real), obs_type="pixels_state", image_size=SMALL, **kw)
+    wrapped = PoseEstimateWrapper(env.unwrapped, est)
+    assert wrapped.observation_space["object_pose_estimate"].shape == (3,)
+    gym_check_env(wrapped, skip_render_check=True)
+    sb3_check_env(wrapped, warn=False)
+    obs, _ = wrapped.reset(seed=1)
+    assert obs["object_pose_estimate"] in wrapped.observation_space["object_pose_estimate"]
+    np.testing.assert_allclose(obs["object_pose_estimate"], est.estimate(obs["cam_high"]), atol=1e-6)
+    wrapped.close()
+
+
+def test_wrapper_rejects_bad_input(tmp_path):
+    est = PoseEstimator(tiny_config())
+    with pytest.raises(ValueError, match=r"no 'cam_high' frame.*cameras=\('cam_high',\)"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-v0", obs_type="state"), est)
+    with pytest.raises(ValueError, match=r"no 'cam_high' frame.*obs_type='pixels_state'"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-v0", cameras=("cam_front",), image_size=SMALL), est)
+    with pytest.raises(ValueError, match=r"too small.*image_size=\(48, 64\)"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-v0", image_size=(24, 32)), est)
+    with pytest.raises(ValueError, match="aspect ratio"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-v0", image_size=(64, 64)), est)
+    with pytest.raises(ValueError, match="trained for PickCup"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-CupOnMat-v0", image_size=SMALL), est)
+    with pytest.raises(FileNotFoundError, match="no pose estimator folder"):
+        PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-v0", image_size=SMALL), tmp_path / "nothing")
+
+
+def test_frames_generation_resumes_and_checks_its_folder(tmp_path):
+    cfg = tiny_config()
+    out = tmp_path / "frames"
+    files = generate_frames(out, cfg, seeds=[0], frame_stride=50, progress=False)
+    assert [f.name for f in files] == ["episode_000000.npz"]
+    stamp = files[0].stat().st_mtime_ns
+    # The existing episode is kept; only the new seed runs. A transform changes the stored frames.
+    inverted = tmp_path / "inverted"
+    generate_frames(inverted, cfg, seeds=[0], frame_stride=50, transform=per_frame(lambda f: 255 - f), progress=False)
+    generate_frames(out, cfg, seeds=[0, 1], frame_stride=50, progress=False)
+    assert files[0].stat().st_mtime_ns == stamp
+    frames = load_frames(out, cfg)
+    assert frames.inputs.shape[1:] == (20, 32, 3) and frames.poses.shape[1:] == (1, 7)
+    assert len(np.unique(frames.episode)) == 2
+    with np.load(files[0], allow_pickle=False) as z:
+        steps = z["steps"]
+    assert steps.tolist() == list(range(0, 200, 50))  # the whole time limit, past success
+    inv = load_frames(inverted, cfg)
+    np.testing.assert_array_equal(inv.poses, frames.poses[frames.episode == 0])
+    assert not np.array_equal(inv.inputs, frames.inputs[frames.episode == 0])
+    with pytest.raises(ValueError, match="written for other frames"):
+        generate_frames(out, tiny_config(crop=(0.2, 0.2, 0.8, 0.8)), seeds=[2], progress=False)
+    with pytest.raises(ValueError, match="one pose row"):
+        write_episode(tmp_path / "w", cfg, 0, [np.zeros((*SMALL, 3), np.uint8)], np.zeros((2, 1, 7)))
+    # Frames of the crop region alone (a generator of the table region) give the same inputs.
+    with np.load(files[0], allow_pickle=False) as z:
+        poses = z["poses"]
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+    env.reset(seed=0)
+    frame = env.unwrapped.render_camera("cam_high", SMALL)
+    env.close()
+    t, l, b, r = cfg.crop_box(frame.shape)
+    write_episode(tmp_path / "crops", cfg, 0, [frame[t:b, l:r]], poses[:1], cropped=True)
+    np.testing.assert_array_equal(load_frames(tmp_path / "crops", cfg).inputs[0], frames.inputs[0])
+    with pytest.raises(ValueError, match="aspect ratio"):
+        write_episode(tmp_path / "crops", cfg, 1, [frame], poses[:1], cropped=True)
+    with pytest.raises(FileNotFoundError, match="not a frame folder"):
+        load_frames(tmp_path / "nothing", cfg)
+
+
+@pytest.fixture(scope="module")
+def expert_frames(tmp_path_factory):
+    """~50 frames of three PickCup expert episodes at the tiny config."""
+    data = tmp_path_factory.mktemp("perception") / "frames"
+    generate_frames(data, tiny_config(), seeds=range(3), frame_stride=12, progress=False)
+    return data
+
+
+def test_tiny_end_to_end(tmp_path, expert_frames):
+    """~50 frames of expert episodes, 20 training steps: the loss falls; the wrapped env estimates."""
+    cfg = tiny_config()
+    data = expert_frames
+    assert len(load_frames(data, cfg)) == 3 * 17
+    out = tmp_path / "train"
+    tc = PoseTrainConfig(data=[str(data)], out=str(out), steps=20, batch_size=16, lr=3e-3, eval_every=10,
+                         save_every=10, val_fraction=0.34, augment=False, progress=False)
+    result = train_pose_estimator(tc, cfg)
+    loss = result.history["train_loss"]
+    assert np.mean(loss[-5:]) < np.mean(loss[:5])
+    assert (out / "loss.png").stat().st_size > 0 and (out / "model" / "model.safetensors").exists()
+    assert result.val_errors["cup"]["xy_cm"] > 0
+    # Resume: a finished run does not train again and keeps its history.
+    again = train_pose_estimator(PoseTrainConfig(**{**tc.__dict__, "resume": True}), cfg)
+    assert again.history["train_loss"] == loss
+    errs = pose_errors(result.model, data)
+    assert errs["frames"] == 51 and np.isfinite(errs["cup"]["z_cm"])
+
+    env = PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-Real-v0", image_size=SMALL, realtime=False),
+                              out / "model")
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        obs, *_ = env.step(env.action_space.sample() * 0 + env.unwrapped.joint_targets.astype(np.float32))
+        est = obs["object_pose_estimate"]
+        assert est.shape == (3,) and np.all(np.isfinite(est))
+    env.close()
+
+
+def test_resume_continues_the_same_run(tmp_path, expert_frames):
+    import shutil
+
+    cfg = tiny_config()
+    base = dict(data=[str(expert_frames)], steps=8, batch_size=8, eval_every=4, save_every=4, val_fraction=0.34,
+                progress=False)
+    full = train_pose_estimator(PoseTrainConfig(out=str(tmp_path / "a"), **base), cfg)
+    # A run that crashed after its step-4 checkpoint: the same folder without the step-8 checkpoint.
+    shutil.copytree(tmp_path / "a" / "checkpoints", tmp_path / "b" / "checkpoints")
+    shutil.rmtree(tmp_path / "b" / "checkpoints" / "000008")
+    (tmp_path / "b" / "checkpoints" / "last.json").write_text(json.dumps({"path": "000004", "unit": "step", "step": 4}))
+    resumed = train_pose_estimator(PoseTrainConfig(out=str(tmp_path / "b"), resume=True, **base), cfg)
+    assert len(resumed.history["train_loss"]) == 8
+    np.testing.assert_allclose(resumed.history["train_loss"], full.history["train_loss"], rtol=1e-4)
+
+
+def test_randomized_looks_change_the_frames_not_the_poses(tmp_path, expert_frames):
+    from embodied_gym.perception import randomized_look
+
+    a, b = randomized_look(3), randomized_look(3)
+    assert a.shadows == b.shadows and (a.table_texture is None or np.array_equal(a.table_texture, b.table_texture))
+    assert any(randomized_look(0).table_rgba != randomized_look(s).table_rgba for s in range(1, 4))
+    cfg = tiny_config()
+    out = generate_frames(tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look,
+                          layouts_per_episode=3, progress=False)
+    with np.load(out[0], allow_pickle=False) as z:
+        dr_inputs, dr_poses, steps = z["inputs"], z["poses"], z["steps"]
+    assert steps.tolist() == [0, 100, -1, -1, -1]
+    assert len({tuple(np.round(p[0, :2], 6)) for p in dr_poses[2:]}) == 3  # three fresh layouts
+    raw = load_frames(expert_frames, cfg)
+    np.testing.assert_allclose(dr_poses[0], raw.poses[0], atol=1e-9)  # same seed, same layout
+    assert np.abs(dr_inputs[0].astype(int) - raw.inputs[0].astype(int)).mean() > 5
+    assert json.loads((tmp_path / "dr" / "frames.json").read_text())["source"].endswith("+look:randomized_look")
+    with pytest.raises(ValueError, match="is a robot"):
+        generate_frames(tmp_path / "x", cfg, seeds=[0], env_id="EmbodieDreamer-PickCup-Real-v0", look=randomized_look)
