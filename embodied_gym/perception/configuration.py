@@ -34,8 +34,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from embodied_gym.envs.scene import CAMERAS
-from embodied_gym.envs.tasks import make_task, quat_yaw
+from embodied_gym.sim.scene import CAMERAS
+from embodied_gym.sim.tasks import make_task, quat_yaw
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_gym.atomic import atomic_path, write_json
-from embodied_gym.envs.scene import SceneLook
+from embodied_gym.sim.scene import SceneLook
 from embodied_gym.perception.configuration import PoseEstimatorConfig
 
 MANIFEST = "frames.json"
