@@ -117,7 +117,7 @@ class SimCore:
         self.ctrl_sign = np.r_[np.ones(14), -np.ones(2)]
         self.qpos_index = np.concatenate([idx.arm_qpos, idx.finger_qpos[:, 0], idx.finger_qpos[:, 1]])
         self.dof_index = np.concatenate([idx.arm_dof, idx.finger_dof[:, 0], idx.finger_dof[:, 1]])
-        self._object_body_ids = np.array(list(idx.object_bodies.values()), dtype=int)
+        self._object_items = [(name, int(b)) for name, b in idx.object_bodies.items()]
         self._gripper_body_ids = self.model.site_bodyid[idx.tcp_sites]
         self._renderer: mujoco.Renderer | None = None
         self._instabilities = 0
@@ -226,8 +226,8 @@ class SimCore:
         """``is_success``, ``task``, ``reward_terms`` and the privileged ``object_poses`` and
         ``tcp_poses`` (rows ``[x, y, z, qw, qx, qy, qz]``) of the current state."""
         d = self.data
-        bodies = self._object_body_ids
-        poses = dict(zip(self.idx.object_bodies, np.concatenate([d.xpos[bodies], d.xquat[bodies]], axis=1)))
+        xpos, xquat = d.xpos, d.xquat
+        poses = {name: np.concatenate((xpos[b], xquat[b])) for name, b in self._object_items}
         # The TCP sites are not rotated against their gripper body, so they share its quaternion.
         tcp = np.concatenate([d.site_xpos[self.idx.tcp_sites], d.xquat[self._gripper_body_ids]], axis=1)
         return {"is_success": bool(status.success), "task": self.task.description, "reward_terms": status.terms,

@@ -71,6 +71,12 @@ def body_poses(data: mujoco.MjData, idx: SceneIndex, names) -> dict[str, np.ndar
     return {n: np.concatenate([data.xpos[idx.object_bodies[n]], data.xquat[idx.object_bodies[n]]]) for n in names}
 
 
+# Scene part names of each arm's finger pads, and of every part of both grippers (SceneIndex.owner_codes).
+_PADS = tuple((f"pad_{arm}_left", f"pad_{arm}_right") for arm in ("left", "right"))
+_GRIPPER_PARTS = tuple(f"{part}_{arm}{side}" for arm in ("left", "right")
+                       for part, side in (("gripper", ""), ("pad", "_left"), ("pad", "_right")))
+
+
 class Contacts:
     """Which scene parts touch now: one pass over ``data.contact`` per control step.
 
@@ -91,15 +97,14 @@ class Contacts:
 
     def grasping_arm(self, obj: str) -> int | None:
         """The arm whose two finger pads both touch ``obj``, or None."""
-        for a, arm in enumerate(("left", "right")):
-            if self.touch(f"pad_{arm}_left", obj) and self.touch(f"pad_{arm}_right", obj):
+        for a, (left_pad, right_pad) in enumerate(_PADS):
+            if self.touch(left_pad, obj) and self.touch(right_pad, obj):
                 return a
         return None
 
     def held(self, obj: str) -> bool:
         """Any part of either gripper touches ``obj``."""
-        return any(self.touch(f"{part}_{arm}{side}", obj) for arm in ("left", "right")
-                   for part, side in (("gripper", ""), ("pad", "_left"), ("pad", "_right")))
+        return any(self.touch(part, obj) for part in _GRIPPER_PARTS)
 
 
 def reach_term(distance: float, scale: float = 10.0) -> float:
