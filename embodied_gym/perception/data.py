@@ -176,7 +176,7 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
     out = Path(out)
     env_id = env_id or embodied_gym.env_id(config.task)
-    real = "-Real-" in env_id
+    real = embodied_gym.parse_env_id(env_id).real
     if look is not None and real:
         raise ValueError(f"look= changes a simulator's scene; {env_id} is a robot (use a sim id)")
     source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"

@@ -134,7 +134,21 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                     image_size: tuple[int, int] | None = None, trust_policy_file: bool = False) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
     ``cameras`` and ``image_size`` override the settings it was trained with; ``trust_policy_file``),
-    make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given."""
+    make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
+
+    Args:
+        policy: ``"expert"``, an ACT folder or an SB3 ``.zip``.
+        env_id: a sim or ``-Real-`` id; episode ``i`` is reset with ``seed + i``.
+        visaligner / physics / robot_config: the env's options (see :func:`embodied_gym.factory.make_env`).
+        videos: a folder for videos of the first episodes.
+
+    Returns:
+        The success rate with its Wilson 95 % interval, returns, lengths and per-episode rows.
+
+    Raises:
+        ValueError: an unknown id, a policy file that is refused (see docs/policies.md), or an
+            option that does not apply to the id.
+    """
     from embodied_gym.policies.loading import load_agent, make_env_for
 
     agent = load_agent(policy, temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode,

@@ -43,7 +43,19 @@ class AlignedDemosConfig:
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
     """Record ``cfg.episodes`` expert episodes in the calibrated sim, then render them through
-    VisAligner; reruns continue where an interrupted run stopped."""
+    VisAligner; reruns continue where an interrupted run stopped.
+
+    Args:
+        cfg: what to generate (task, episodes, physics, VisAligner model, reference).
+        out: the output folder (``sim/``, ``aligned/`` and ``reference.png``).
+
+    Returns:
+        ``dataset`` (the aligned-sim dataset to train on), ``sim_dataset``, ``reference``, the
+        expert's success in the calibrated sim and the render summary.
+
+    Raises:
+        FileNotFoundError: the reference is neither an image nor a dataset.
+    """
     import gymnasium as gym
 
     import embodied_gym

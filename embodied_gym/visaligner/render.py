@@ -44,7 +44,20 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
                    episodes: list[int] | None = None, physics=None, num_inference_steps: int | None = None,
                    seed: int = 0, frame_stride: int | None = None, batch_episodes: int = 8, resume: bool = False,
                    progress: bool = True) -> dict:
-    """Write ``out`` (see the module docstring); returns a summary dict.
+    """Write ``out`` (see the module docstring); returns a summary dict (episodes rendered, frames
+    generated, timings).
+
+    Args:
+        dataset: the recorded episodes to re-render (sim or real).
+        model: a VisAligner model folder (``visaligner train``'s ``OUT/model``).
+        out: the new dataset folder.
+        reference: an image every episode starts from (default: the model's ``reference.png``).
+        resume: continue an interrupted render in ``out``.
+
+    Raises:
+        FileExistsError: ``out`` exists and ``resume`` is off.
+        FileNotFoundError / ValueError: the dataset, model or reference cannot be read (the
+            message names it).
 
     VisAligner generates every ``frame_stride``-th frame (default: the model's own stride, the frame
     rate it was trained at) and each generated frame is held until the next one, with the keyframe

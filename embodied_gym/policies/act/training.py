@@ -40,7 +40,20 @@ class TrainResult:
 
 
 def train_act(cfg: ACTTrainConfig) -> TrainResult:
-    """Train ACT per ``cfg``; resumes from ``cfg.out`` when ``cfg.resume``."""
+    """Train ACT per ``cfg``; resumes from ``cfg.out`` when ``cfg.resume``.
+
+    Args:
+        cfg: the run (dataset, output folder, preset and overrides; see :class:`ACTTrainConfig`).
+
+    Returns:
+        The output folder, the last checkpoint's ``pretrained_model`` folder, the steps reached,
+        the final batch loss and the optimisation and decoding times.
+
+    Raises:
+        FileExistsError: ``cfg.out`` holds checkpoints and ``cfg.resume`` is off.
+        ValueError: a missing dataset or output folder, an unknown preset or override, a camera or
+            episode the dataset does not have (the message names it).
+    """
     from tqdm import tqdm
 
     if cfg.num_threads:
