@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 
 import embodied_gym  # noqa: F401  (registers the ids)
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.reader import is_dataset, read_info
 from embodied_gym.data.recording import record
+from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
 from embodied_gym.policies.evaluate import evaluate_policy
 from embodied_gym.policies.loading import ExpertAgent, make_env_for
@@ -42,7 +44,7 @@ from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligne
 THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
 
 
-def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics=None, seed=0) -> float:
+def _record(env_id: str, root: Path, episodes: int, cameras, image_size, args, physics=None, seed=0) -> float:
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
     if have:
         if have >= episodes:
@@ -52,7 +54,8 @@ def _record(env_id: str, root: Path, episodes: int, cameras, image_size, physics
                        image_size=tuple(image_size))
     t0 = time.time()
     try:
-        record(env, agent, root, episodes - have, seed=seed, env_id=env_id, resume=have > 0)
+        record(env, agent, root, episodes - have, seed=seed, env_id=env_id, resume=have > 0,
+               after_success_steps=args.after_success_steps, crf=args.crf)
     finally:
         env.close()
     return time.time() - t0
@@ -102,7 +105,11 @@ def main() -> None:
     p.add_argument("--task", default="PickCup")
     p.add_argument("--out", default="runs/bench_policies")
     p.add_argument("--demos", type=int, default=50)
-    p.add_argument("--image-size", nargs=2, type=int, default=[72, 96])
+    p.add_argument("--image-size", nargs=2, type=int, default=[72, 96],
+                   help="recorded frame size; ACT trains at exactly this size (the cpu preset keeps it)")
+    p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
+                   help="control steps recorded after the first success")
+    p.add_argument("--crf", type=int, default=DEFAULT_CRF, help="video quality (lower keeps more; 0 lossless)")
     p.add_argument("--steps", type=int, default=2000, help="ACT steps per row (cpu preset)")
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
@@ -135,7 +142,7 @@ def main() -> None:
     cams_a = THREE if "a" in args.rows else ("cam_high",)  # row (b) uses cam_high of the same recording
 
     if {"a", "b"} & set(args.rows):
-        t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size)
+        t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size, args)
         if t == t:  # NaN when the dataset was already there
             timings["record_standin_s"] = t
     sim_data = out / "data_sim"
@@ -145,12 +152,13 @@ def main() -> None:
         reference = args.reference or str(_first_real_frame(out / "data_standin", out / "reference.png"))
         gen = generate_aligned_demos(AlignedDemosConfig(
             task=args.task, episodes=args.demos, physics=args.physics, model=args.visaligner, reference=reference,
-            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps),
+            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps,
+            after_success_steps=args.after_success_steps, crf=args.crf),
             out / "data_aligned")
         sim_data = Path(gen["dataset"])
         timings.setdefault("generate_aligned_s", time.time() - t0)
     elif {"c", "d"} & set(args.rows):
-        t = _record(sim, sim_data, args.demos, ("cam_high",), args.image_size, physics=args.physics,
+        t = _record(sim, sim_data, args.demos, ("cam_high",), args.image_size, args, physics=args.physics,
                     seed=50_000)
         if t == t:
             timings["record_sim_s"] = t
@@ -163,6 +171,7 @@ def main() -> None:
               sim_data, ("cam_high",)),
     }
     results["_settings"] = {"task": args.task, "demos": args.demos, "image_size": args.image_size,
+                            "after_success_steps": args.after_success_steps, "crf": args.crf,
                             "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
                             "visaligner": args.visaligner, "visaligner_steps": args.visaligner_steps,
                             "timings": timings}

@@ -276,3 +276,74 @@ def test_rotation_error_is_half_the_angle(angle):
     assert rotation_error(r, r) == pytest.approx(0.0, abs=1e-7)
     assert rotation_error(_rot([1, 2, 3], angle) @ r, r) == pytest.approx(angle / 2, abs=1e-6)
     assert rotation_error(_rot([1, 2, 3], angle) @ r, r) <= np.pi / 2 + 1e-12
+
+
+def test_recording_continues_past_success_with_frames_marked(tmp_path):
+    """Episodes go on after_success_steps past the first success (the env's own terminate_on_success
+    is switched off meanwhile and restored); each frame's next.success says whether the task is done."""
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")  # terminate_on_success=True, as registered
+    summary = record(env, embodied_gym.make_expert(env), tmp_path / "after", 1, seed=4, progress=False,
+                     after_success_steps=12)
+    stop = record(env, embodied_gym.make_expert(env), tmp_path / "stop", 1, seed=4, progress=False,
+                  after_success_steps=0)
+    assert env.unwrapped.terminate_on_success is True
+    env.close()
+    assert summary.success_rate == 1.0 and stop.success_rate == 1.0
+    row = open_dataset(tmp_path / "after").row(0)
+    first = row["success_step"]
+    table = open_dataset(tmp_path / "after").table().with_format("numpy")
+    success = np.asarray(table[F.SUCCESS]).reshape(-1)
+    done = np.asarray(table[F.DONE]).reshape(-1)
+    assert row["success"] is True and isinstance(first, int) and first > 0
+    assert len(success) == first + 13 == row["length"]  # the success frame, then 12 more
+    assert not success[:first].any() and success[first:].all()  # the cup stays lifted and held
+    assert done[-1] and not done[:-1].any()
+    stopped = open_dataset(tmp_path / "stop")
+    assert stopped.row(0)["success_step"] == first and stopped.episode_length(0) == first + 1
+    with pytest.raises(ValueError, match="after_success_steps"):
+        record(env, embodied_gym.make_expert(env), tmp_path / "bad", 1, after_success_steps=-1, progress=False)
+
+
+def _small_object_frames(n=20, h=64, w=80):
+    """A textured table (gravel-like noise) and a 3x3-px bright object moving 1 px per frame."""
+    rng = np.random.default_rng(0)
+    table = np.clip(110 + rng.normal(0, 18, (h, w, 1)) + rng.normal(0, 6, (h, w, 3)), 0, 255)
+    frames, masks = [], []
+    for i in range(n):
+        f, m = table.copy(), np.zeros((h, w), bool)
+        r, c = 30, 20 + i
+        f[r:r + 3, c:c + 3] = (200, 196, 185)
+        m[r:r + 3, c:c + 3] = True
+        frames.append(f.astype(np.uint8))
+        masks.append(m)
+    return np.stack(frames), np.stack(masks), table.astype(np.float64)
+
+
+def _contrast(frames, masks, table):
+    luma = np.array([0.299, 0.587, 0.114])
+    return float(np.mean([np.abs((f.astype(np.float64) - table) @ luma)[m].mean() for f, m in zip(frames, masks)]))
+
+
+def test_video_quality_keeps_a_small_objects_contrast(tmp_path):
+    from embodied_gym.data.writer import DEFAULT_CRF
+
+    frames, masks, table = _small_object_frames()
+    raw = _contrast(frames, masks, table)
+    kept = {}
+    for crf in (30, DEFAULT_CRF, 0):
+        root = tmp_path / f"crf{crf}"
+        with EpisodeWriter(root, F.dataset_features(("cam_high",), frames.shape[1:3]), crf=crf) as w:
+            for f in frames:
+                w.add_frame({F.STATE: np.zeros(14, np.float32), F.VELOCITY: np.zeros(14, np.float32),
+                             F.EE_POSE: np.zeros(14, np.float32), F.image_key("cam_high"): f,
+                             F.ACTION: np.zeros(14, np.float32), F.REWARD: np.zeros(1, np.float32),
+                             F.SUCCESS: np.array([False]), F.DONE: np.array([False]), F.TASK: "t"})
+            w.save_episode({})
+        decoded = open_dataset(root).frames("cam_high", 0)
+        assert decoded.shape == frames.shape
+        kept[crf] = _contrast(decoded, masks, table) / raw
+    assert kept[DEFAULT_CRF] > 0.9, kept
+    assert kept[0] > 0.98, kept  # lossless up to the RGB/YUV rounding
+    assert kept[DEFAULT_CRF] > kept[30], kept  # LeRobot's default quality loses more
+    with pytest.raises(ValueError, match="crf"):
+        EpisodeWriter(tmp_path / "neg", F.dataset_features(("cam_high",), (8, 8)), crf=-1)

@@ -306,3 +306,31 @@ def test_reach_stage_wrapper_observation_and_reward():
         obs, reward, terminated, truncated, info = env.step(action)
     env.close()
     assert reward == pytest.approx(-info["reach_distance"]) and info["reach_distance"] < d0 - 0.05
+
+
+def test_act_trains_on_a_dataset_with_an_idle_arm(tiny_dataset, tmp_path):
+    """B1: one-arm demonstrations leave the other arm's joints exactly still (LeRobot's std 0); with the
+    std floored, ACT's loss is finite and falls instead of sitting in the hundreds."""
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.sim import robot
+    from embodied_gym.policies.act import STD_FLOOR, normalisation_stats
+
+    ds = open_dataset(tiny_dataset)
+    raw = np.asarray(ds.meta.stats["action"]["std"], dtype=np.float64)
+    arms = {int(r["layout"]["cup"][0] >= 0) for r in ds.rows()}  # the expert takes the cup with the arm on its side
+    assert len(arms) == 1, "the fixture's episodes should use one arm"
+    idle = robot.ARM_INDICES[:6] if arms == {1} else robot.ARM_INDICES[6:]
+    # the idle arm's targets barely move (some joints not at all): below the floor, some ~0
+    assert np.all(raw[idle] < STD_FLOOR) and raw[idle].min() < 1e-6, raw[idle]
+    floored = normalisation_stats(ds)
+    assert np.all(np.asarray(floored["action"]["std"]) >= STD_FLOOR)
+    assert np.all(np.asarray(floored["observation.state"]["std"]) >= STD_FLOOR)
+
+    out = tmp_path / "act_idle"
+    result = train_act(ACTTrainConfig(dataset=str(tiny_dataset), out=str(out), steps=24, batch_size=2, chunk_size=5,
+                                      n_action_steps=5, lr=1e-3, save_every=24, log_every=4, progress=False,
+                                      overrides=TINY))
+    losses = [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(v) for v in losses) and math.isfinite(result.final_loss)
+    assert losses[0] < 50, f"first logged loss {losses[0]}: an idle joint is divided by a zero std"
+    assert np.mean(losses[-2:]) < 0.7 * np.mean(losses[:2]), losses

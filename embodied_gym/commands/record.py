@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.writer import DEFAULT_CRF
+
 NAME = "record"
 HELP = "record episodes of a policy (the scripted expert by default) into a local LeRobotDataset v3.0"
 
@@ -18,6 +21,11 @@ def add_arguments(p) -> None:
     p.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
     p.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
     p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
+    p.add_argument("--crf", type=int, default=DEFAULT_CRF,
+                   help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)")
+    p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
+                   help=f"control steps recorded after the first success (0: stop at success; default "
+                        f"{AFTER_SUCCESS_STEPS}; the time limit still ends an episode)")
     p.add_argument("--trust-policy-file", action="store_true",
                    help="load --policy with its library's own loader, which can run code from the file")
 
@@ -32,7 +40,8 @@ def run(args) -> int:
     try:
         policy = make_agent(args.policy, env, trust_policy_file=args.trust_policy_file)
         summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
-                         env_id=args.env, vcodec=args.vcodec)
+                         env_id=args.env, vcodec=args.vcodec, after_success_steps=args.after_success_steps,
+                         crf=args.crf)
     finally:
         env.close()
     print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "

@@ -7,6 +7,8 @@ import json
 import logging
 import sys
 
+from embodied_gym.data.writer import DEFAULT_CRF
+
 GROUP = "visaligner"
 NAME = "render"
 HELP = "translate recorded episodes into a new LeRobotDataset of generated frames"
@@ -29,6 +31,8 @@ def add_arguments(p) -> None:
                    help="episodes generated together (faster on a CPU; memory grows with it)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted render")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--crf", type=int, default=DEFAULT_CRF,
+                   help=f"video quality of the new dataset (lower keeps more; 0 lossless; default {DEFAULT_CRF})")
 
 
 def run(args) -> int:
@@ -47,7 +51,7 @@ def run(args) -> int:
     summary = render_dataset(args.dataset, args.model, args.out, camera=args.camera, reference=args.reference,
                              episodes=args.episodes, physics=args.physics, num_inference_steps=steps,
                              seed=args.seed, frame_stride=args.frame_stride,
-                             batch_episodes=args.batch_episodes, resume=args.resume)
+                             batch_episodes=args.batch_episodes, resume=args.resume, crf=args.crf)
     print(json.dumps(summary))
     return 0
 

@@ -60,3 +60,11 @@ def dataset_features(cameras, image_size) -> dict:
     for cam in cameras:
         feats[image_key(cam)] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}
     return feats
+
+
+AFTER_SUCCESS_STEPS = 40
+"""Default control steps recorded after the first success (0.8 s at 50 Hz). Success triggers
+midway through the expert's last motion (PickCup: at 5 cm, halfway up its 10 cm lift), and the
+rest of the motion plus the hold takes ~30 steps; 40 also exceeds the action chunks ACT predicts
+(20 in the cpu preset, 32 in the paper's), so every chunk that starts before success is made of
+recorded actions, never padding."""

@@ -6,7 +6,12 @@ LeRobot's ALOHA datasets. ``observation.ee_pose`` holds both TCP poses (position
 wxyz), which calibration needs. Episodes go through :class:`~embodied_gym.data.writer.EpisodeWriter`:
 written one at a time and the dataset finalised after each, so a crash loses at most the episode in
 progress; ``resume=True`` continues. The sidecar row of an episode holds its reset seed, success,
-length, env id, control mode and start layout.
+the first success step, length, env id, control mode and start layout.
+
+Recording goes on past success: an episode ends ``after_success_steps`` control steps after the
+task first succeeds (or at the time limit), so demonstrations hold what the expert does once the
+task is done (a cup lifted the rest of the way and held, a released pen left in its cup), not only
+the approach; ``next.success`` marks every frame on which the task is in its success state.
 """
 
 from __future__ import annotations
@@ -20,11 +25,11 @@ import mujoco
 import numpy as np
 
 from embodied_gym.data import features as F
-from embodied_gym.data.features import dataset_features
-from embodied_gym.data.writer import EpisodeWriter, video_encoder
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS, dataset_features
+from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter, video_encoder
 from embodied_gym.sim import robot as layout
 
-__all__ = ["RecordingSummary", "record", "video_encoder"]
+__all__ = ["AFTER_SUCCESS_STEPS", "DEFAULT_CRF", "RecordingSummary", "record", "video_encoder"]
 
 
 @dataclass
@@ -55,24 +60,49 @@ def _jsonable(poses: dict) -> dict:
 
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
            resume: bool = False, repo_id: str | None = None, env_id: str | None = None,
-           progress: bool = True, vcodec: str = "h264") -> RecordingSummary:
+           progress: bool = True, vcodec: str = "h264", after_success_steps: int = AFTER_SUCCESS_STEPS,
+           crf: int | None = DEFAULT_CRF) -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``.
 
     ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record), or
     ``obs_type="state"`` for a dataset without video (enough for calibration).
     Episode ``i`` of the dataset is reset with seed ``seed + i``, so a resumed run continues the
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
-    LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files.
-    """
-    from tqdm import tqdm
+    LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files. ``crf`` is the video
+    quality (lower keeps more; 0 lossless, see :func:`~embodied_gym.data.writer.video_encoder`).
 
+    An episode ends ``after_success_steps`` steps after the first success, at the time limit, or
+    when the env terminates otherwise; ``after_success_steps=0`` ends it at the first success, as
+    an env made with ``terminate_on_success=True`` does. For the duration of the call the env's own
+    ``terminate_on_success`` is switched off (and restored after), so this works for any sim or
+    Real env as made. The sidecar's ``success`` is whether the task succeeded at all,
+    ``success_step`` the index of the first frame whose ``next.success`` is true (None if never).
+
+    Raises:
+        ValueError: an env with another ``obs_type``, or a negative ``after_success_steps``.
+    """
     u = env.unwrapped
     if getattr(u, "obs_type", None) not in ("state", "pixels_state"):
         raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
                          "or obs_type='state' (no video)")
+    if after_success_steps < 0:
+        raise ValueError(f"after_success_steps must be >= 0 (0 stops at the first success), got {after_success_steps}")
     cameras = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
     writer = EpisodeWriter(root, dataset_features(cameras, u.image_size), repo_id=repo_id, vcodec=vcodec,
-                           resume=resume)
+                           resume=resume, crf=crf)
+    terminate_on_success = getattr(u, "terminate_on_success", None)
+    if terminate_on_success is not None:
+        u.terminate_on_success = False  # record() ends episodes itself, after_success_steps after success
+    try:
+        return _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps)
+    finally:
+        if terminate_on_success is not None:
+            u.terminate_on_success = terminate_on_success
+
+
+def _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps):
+    from tqdm import tqdm
+
     have = writer.episodes
     results = []
     bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=not progress)
@@ -81,7 +111,9 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
         obs, info = env.reset(seed=ep_seed)
         layout_at_start = _jsonable(info.get("object_poses", {}))
         done = False
-        success = False
+        success = False  # on this frame
+        first_success = None  # frame index
+        frames = 0
         try:
             while not done:
                 action = policy(obs, info)
@@ -90,8 +122,11 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
                          F.EE_POSE: _ee_pose(u, info, q.astype(np.float64))}
                 frame.update({F.image_key(cam): obs[cam] for cam in cameras})
                 obs, reward, terminated, truncated, info = env.step(action)
-                done = terminated or truncated
                 success = bool(info.get("is_success"))
+                if success and first_success is None:
+                    first_success = frames
+                done = terminated or truncated or (first_success is not None
+                                                   and frames - first_success >= after_success_steps)
                 frame.update({
                     F.ACTION: np.asarray(u.commanded_targets, dtype=np.float32),
                     F.REWARD: np.array([reward], dtype=np.float32),
@@ -100,11 +135,14 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
                     F.TASK: u.task.description,
                 })
                 writer.add_frame(frame)
+                frames += 1
         except BaseException:
             writer.discard_episode()
             raise
-        writer.save_episode({"seed": ep_seed, "success": success, "length": int(info["step"]), "env_id": env_id,
-                             "control_mode": u.control_mode, "layout": layout_at_start})
-        results.append(success)
+        reached = first_success is not None
+        writer.save_episode({"seed": ep_seed, "success": reached, "success_step": first_success,
+                             "length": int(info["step"]), "env_id": env_id, "control_mode": u.control_mode,
+                             "layout": layout_at_start})
+        results.append(reached)
         bar.set_postfix(success=f"{np.mean(results):.0%}")
     return RecordingSummary(str(writer.root), have + episodes, episodes, float(np.mean(results)) if results else 0.0)

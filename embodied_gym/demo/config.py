@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 from embodied_gym.configs import merge
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.physaligner.calibrate import CalibrationConfig
 from embodied_gym.policies.act.configuration import ACTTrainConfig
 from embodied_gym.policies.tpo import TPOConfig
@@ -36,6 +38,8 @@ class RecordSettings:
     camera: str = "cam_high"
     image_size: tuple[int, int] = (64, 80)
     seed: int = 0
+    after_success_steps: int = AFTER_SUCCESS_STEPS  # control steps recorded after the first success
+    crf: int = DEFAULT_CRF  # video quality (lower keeps more; 0 lossless)
 
 
 @dataclass

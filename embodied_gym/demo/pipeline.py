@@ -26,6 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from embodied_gym.atomic import write_json
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.demo.cache import StageCache
 from embodied_gym.demo.config import DemoConfig
 
@@ -38,7 +40,8 @@ def _say(msg: str) -> None:
 
 
 def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None,
-            max_episode_steps: int | None = None) -> dict:
+            max_episode_steps: int | None = None, after_success_steps: int = AFTER_SUCCESS_STEPS,
+            crf: int | None = DEFAULT_CRF) -> dict:
     import gymnasium as gym
 
     import embodied_gym
@@ -53,7 +56,8 @@ def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image
         kwargs["max_episode_steps"] = max_episode_steps
     env = gym.make(env_id, **kwargs)
     try:
-        summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True)
+        summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True,
+                         after_success_steps=after_success_steps, crf=crf)
     finally:
         env.close()
     return {"dataset": str(out), "episodes": summary.episodes, "expert_success": summary.success_rate}
@@ -64,7 +68,8 @@ def stage_record(cfg: DemoConfig, task: str, folder: Path) -> dict:
 
     r = cfg.record
     return _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera,
-                   r.image_size, max_episode_steps=cfg.max_episode_steps)
+                   r.image_size, max_episode_steps=cfg.max_episode_steps, after_success_steps=r.after_success_steps,
+                   crf=r.crf)
 
 
 def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:

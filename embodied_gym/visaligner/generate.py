@@ -18,6 +18,8 @@ from pathlib import Path
 
 from embodied_gym.configs import setting
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.writer import DEFAULT_CRF
 
 
 @dataclass
@@ -39,6 +41,8 @@ class AlignedDemosConfig:
     num_inference_steps: int | None = setting(None, help="VisAligner denoising steps (default: the model's)")
     frame_stride: int | None = setting(None, help="generate every k-th frame and hold it (default: the model's)")
     batch_episodes: int = setting(8, help="episodes generated together")
+    after_success_steps: int = setting(AFTER_SUCCESS_STEPS, help="control steps recorded after the first success")
+    crf: int = setting(DEFAULT_CRF, help="video quality of both datasets (lower keeps more; 0 lossless)")
 
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
@@ -78,7 +82,8 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         try:
             # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
             record(env, embodied_gym.make_expert(env), sim_root, cfg.episodes - done, seed=cfg.seed, env_id=env_id,
-                   resume=is_dataset(sim_root), progress=progress)
+                   resume=is_dataset(sim_root), progress=progress, after_success_steps=cfg.after_success_steps,
+                   crf=cfg.crf)
         finally:
             env.close()
     rendered = _episodes(aligned_root)
@@ -87,7 +92,7 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=str(reference),
                                 physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
                                 frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
-                                resume=is_dataset(aligned_root), progress=progress)
+                                resume=is_dataset(aligned_root), progress=progress, crf=cfg.crf)
     return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(reference),
             "sim_expert_success": _success_rate(sim_root), "render": render}
 

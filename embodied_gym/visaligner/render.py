@@ -21,7 +21,7 @@ import numpy as np
 
 from embodied_gym.data.features import AUTO_FEATURES, TASK
 from embodied_gym.data.reader import open_dataset
-from embodied_gym.data.writer import EpisodeWriter
+from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
 from embodied_gym.visaligner.pipeline import REFERENCE_NAME
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
                    camera: str = "cam_high", reference: str | os.PathLike | None = None,
                    episodes: list[int] | None = None, physics=None, num_inference_steps: int | None = None,
                    seed: int = 0, frame_stride: int | None = None, batch_episodes: int = 8, resume: bool = False,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, crf: int | None = DEFAULT_CRF) -> dict:
     """Write ``out`` (see the module docstring); returns a summary dict (episodes rendered, frames
     generated, timings).
 
@@ -53,6 +53,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
         out: the new dataset folder.
         reference: an image every episode starts from (default: the model's ``reference.png``).
         resume: continue an interrupted render in ``out``.
+        crf: the video quality of ``out`` (lower keeps small objects; 0 is lossless).
 
     Raises:
         FileExistsError: ``out`` exists and ``resume`` is off.
@@ -66,6 +67,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
 
     ``batch_episodes`` episodes are generated together (one denoiser batch per chunk index), then
     written one by one, so an interrupted run resumes at the first episode not yet written.
+    ``crf`` is the written video's quality (:data:`~embodied_gym.data.writer.DEFAULT_CRF`; 0 lossless).
     """
     if batch_episodes < 1:
         raise ValueError(f"batch_episodes must be >= 1, got {batch_episodes}")
@@ -102,7 +104,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
 
     features = {k: v for k, v in src.features.items() if k not in AUTO_FEATURES}
     # as `record`: H.264, several times faster than AV1 on a CPU
-    writer = EpisodeWriter(out, features, fps=src.fps, robot_type=src.meta.robot_type, resume=resume)
+    writer = EpisodeWriter(out, features, fps=src.fps, robot_type=src.meta.robot_type, resume=resume, crf=crf)
     done = writer.episodes
     env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=physics, terminate_on_success=False)
     hf = src.table().with_format("numpy")

@@ -34,10 +34,12 @@ class ACTPreset:
 
 
 PRESETS: dict[str, ACTPreset] = {
-    # Sized for a shared 2-core CPU: ~0.3 s per step with one 72x96 camera (ResNet-18 dominates).
+    # Sized for a shared 2-core CPU: ~0.3 s per step with one 72x96 camera (ResNet-18 dominates). Images
+    # are used as recorded: resizing changes what a few-pixel object looks like (and, between sizes of
+    # another aspect ratio, its shape), so record at the size to train at.
     "cpu": ACTPreset(chunk_size=20, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512,
                      n_encoder_layers=2, n_decoder_layers=1, latent_dim=16, n_vae_encoder_layers=2, kl_weight=10.0,
-                     lr=1e-4, batch_size=8, steps=2000, image_size=(72, 96)),
+                     lr=1e-4, batch_size=8, steps=2000, image_size=None),
     # ACT's ALOHA sizes (Zhao et al., arXiv 2304.13705: dim 512, 4 encoder / 7 decoder layers, KL weight
     # 10, batch 8, ResNet-18) with the robot vendor's defaults the paper trains with (chunk 32, lr 4e-5).
     "paper": ACTPreset(chunk_size=32, n_action_steps=32, dim_model=512, n_heads=8, dim_feedforward=3200,
@@ -54,7 +56,8 @@ class ACTTrainConfig:
                                   help="LeRobotDataset folder (from `embodied-gym record` or `generate`)")
     out: str | None = setting(None, required=True, help="output folder: checkpoints/, train_log.jsonl, loss.png")
     preset: str = setting("cpu", choices=tuple(PRESETS),
-                          help="cpu: small ACT, 72x96 images, 2000 steps; paper: ACT's ALOHA sizes (default cpu)")
+                          help="cpu: small ACT, 2000 steps; paper: ACT's ALOHA sizes (default cpu); both train on "
+                               "images as recorded")
     cameras: tuple[str, ...] | None = setting(None, help="cameras to use (default: all in the dataset)")
     steps: int | None = setting(None, help="optimisation steps (default: the preset's)")
     batch_size: int | None = setting(None, help="samples per step (default: the preset's)")
@@ -62,7 +65,7 @@ class ACTTrainConfig:
     chunk_size: int | None = setting(None, help="actions predicted per query (default: the preset's)")
     n_action_steps: int | None = setting(None, help="actions run per predicted chunk (default: the preset's)")
     image_size: tuple[int, int] | None = setting(None, metavar=("H", "W"),
-                                                 help="resize images to (default: the preset's)")
+                                                 help="resize images to (default: as recorded)")
     temporal_ensemble_coeff: float | None = setting(None, flag="--temporal-ensemble", metavar="COEFF",
                                                     help="ACT temporal ensembling coefficient (0.01 in ACT); "
                                                          "sets n_action_steps to 1")
