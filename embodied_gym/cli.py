@@ -171,19 +171,21 @@ def _cmd_calibrate(args) -> int:
     from embodied_gym.physaligner.space import parameter_names
 
     task = args.task or _task_from_sidecar(args.dataset)
-    frozen = []
-    if args.free:
+    space = None  # the default free set, from the joints the recording moves
+    if args.free == ["all"]:
+        space = ParameterSpace()
+    elif args.free:
         unknown = [n for n in args.free if n not in parameter_names()]
         if unknown:
             raise SystemExit(f"embodied-gym: unknown parameter(s) {unknown}; e.g. kp.left_waist, damping.right_elbow, "
-                             f"gripper_kp")
-        frozen = [n for n in parameter_names() if n not in args.free]
-    space = ParameterSpace(frozen=frozen)
+                             f"backlash.right_waist, gripper_kp, or 'all'")
+        space = ParameterSpace(frozen=[n for n in parameter_names() if n not in args.free])
     cfg = CalibrationConfig(method=args.method, samples=args.samples, surrogate_epochs=args.epochs,
                             sa_steps=args.sa_steps, cmaes_evaluations=args.cmaes_evaluations,
                             sysid_iterations=args.sysid_iterations, budget_s=args.budget, seed=args.seed,
                             workers=args.workers, restarts=args.restarts, refine_steps=args.refine_steps,
-                            backend=args.backend, ray_address=args.ray_address)
+                            backend=args.backend, ray_address=args.ray_address, held_out=args.held_out,
+                            test_dataset=args.test_dataset, latency_candidates=tuple(args.latency))
     try:
         r = calibrate(args.dataset, task, args.out, space, cfg)
     except (FileNotFoundError, ValueError) as e:
@@ -194,9 +196,9 @@ def _cmd_calibrate(args) -> int:
           f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
           f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}, report: "
           f"{os.path.splitext(args.out)[0]}.report.md")
-    if r["logs"].get("chosen") == "start":
-        print("note: no refinement restart beat the starting physics in open-loop replay of the fit episodes; "
-              "the result keeps the starting values (see the report)")
+    print(f"actuation delay: {r['latency_steps']['calibrated']} control step(s)")
+    acc = r["acceptance"]
+    print(("" if acc["improved"] else "NOTE: ") + acc["message"])
     if r["unconstrained"]:
         print(f"not constrained by this data: {', '.join(r['unconstrained'])} (see the report)")
     return 0
@@ -271,18 +273,25 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--method", default=RECOMMENDED, choices=list(METHODS),
                      help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
     cal.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
-    cal.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
-    cal.add_argument("--samples", type=int, default=64, help="physaligner stage 1: θ samples")
-    cal.add_argument("--epochs", type=int, default=30, help="physaligner stage 2: surrogate epochs")
-    cal.add_argument("--restarts", type=int, default=4, help="physaligner stage 3: restarts")
-    cal.add_argument("--refine-steps", type=int, default=400, help="physaligner stage 3: Adam steps per restart")
+    cal.add_argument("--free", nargs="*", help="parameters to calibrate, or 'all' (default: kp, damping, frictionloss "
+                     "and backlash of every arm joint the recording moves); the rest stay nominal")
+    cal.add_argument("--held-out", type=float, default=0.3,
+                     help="share of episodes kept out of the fit to judge the result (default 0.3)")
+    cal.add_argument("--test-dataset", help="judge the result on this dataset's episodes instead (all of --dataset is fitted)")
+    cal.add_argument("--latency", type=int, nargs="*", default=[0, 1, 2, 3],
+                     help="actuation delays to profile, in 20 ms control steps (default 0 1 2 3; none: keep 0)")
+    cal.add_argument("--samples", type=int, default=64, help="classic stage 1 (simulate_transitions): θ samples")
+    cal.add_argument("--epochs", type=int, default=40, help="physaligner stage 2: surrogate epochs per iteration")
+    cal.add_argument("--restarts", type=int, default=4, help="unused by the trust-region PhysAligner (kept for scripts)")
+    cal.add_argument("--refine-steps", type=int, default=150,
+                     help="physaligner stage 3: Adam steps per trust-region iteration")
     cal.add_argument("--backend", default="processes", choices=["processes", "ray"],
                      help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')")
     cal.add_argument("--ray-address", help="Ray cluster address for --backend ray (default: a local Ray)")
     cal.add_argument("--sa-steps", type=int, default=2000, help="sa: annealing steps (SimplerEnv: 2000)")
     cal.add_argument("--cmaes-evaluations", type=int, default=2000, help="cmaes: objective evaluations")
     cal.add_argument("--sysid-iterations", type=int, default=20, help="sysid: Gauss-Newton iterations")
-    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (sa, cmaes, sysid)")
+    cal.add_argument("--budget", type=float, help="wall-time budget of the search, seconds (every method)")
     cal.add_argument("--seed", type=int, default=0)
     cal.add_argument("--workers", type=int, help="stage-1 processes (default: all CPUs)")
     cal.set_defaults(func=_cmd_calibrate)

@@ -64,6 +64,44 @@ def episode_transitions(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray
     return np.concatenate(s), np.concatenate(a), np.concatenate(s_next), np.concatenate(ep)
 
 
+def episode_starts(episode: np.ndarray) -> np.ndarray:
+    """Row index where each transition's episode begins (rows in episode order)."""
+    episode = np.asarray(episode)
+    first = np.r_[True, episode[1:] != episode[:-1]]
+    return np.maximum.accumulate(np.where(first, np.arange(len(episode)), 0))
+
+
+def applied_actions(state: np.ndarray, action: np.ndarray, episode: np.ndarray, latency_steps: int,
+                    backlash: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """The targets the actuators track at each transition, through the actuator effects.
+
+    ``state``/``action``/``episode``: transitions in episode order (:func:`episode_transitions`);
+    each episode starts holding its first recorded joint state, as open-loop replay does. The
+    applied target of transition t depends on the episode's earlier commands (backlash band, delay),
+    so it is computed along the whole episode with :func:`~embodied_gym.envs.sim_core.applied_targets`,
+    the logic the simulator core applies step by step. ``backlash``: (14,) for all rows, or one
+    (14,) row per entry of ``rows`` (the transitions wanted; default all). Returns (len(rows), 14).
+    """
+    from embodied_gym.envs.sim_core import applied_targets
+
+    rows = np.arange(len(action)) if rows is None else np.asarray(rows)
+    backlash = np.asarray(backlash, dtype=np.float64)
+    per_row = backlash.ndim == 2
+    if latency_steps == 0 and not backlash.any():
+        return np.asarray(action, dtype=np.float64)[rows].copy()
+    starts = episode_starts(episode)
+    out = np.empty((len(rows), action.shape[1]))
+    row_start = starts[rows]
+    for s0 in np.unique(row_start):
+        pick = np.flatnonzero(row_start == s0)
+        end = int(rows[pick].max()) + 1
+        b = backlash[pick] if per_row else backlash
+        applied = applied_targets(action[s0:end], state[s0, :action.shape[1]], latency_steps, b)
+        t = rows[pick] - s0
+        out[pick] = applied[t, np.arange(len(pick))] if per_row else applied[t]
+    return out
+
+
 class OneStepSimulator:
     """The task's simulator core, put in a recorded state and stepped one control step, fast.
 
@@ -79,6 +117,17 @@ class OneStepSimulator:
     def set_theta(self, theta_u: np.ndarray) -> None:
         self.core.set_physics(self.space.to_physics(self.space.denormalise(theta_u)))
 
+    def physics_of(self, theta_u: np.ndarray):
+        return self.space.to_physics(self.space.denormalise(theta_u))
+
+    def applied(self, theta_u: np.ndarray, state: np.ndarray, action: np.ndarray, episode: np.ndarray) -> np.ndarray:
+        """The recorded commands ``action`` through θ's latency and backlash (:func:`applied_actions`):
+        what :meth:`step` must be given so a one-step transition matches open-loop replay."""
+        from embodied_gym.envs.sim_core import effects_from_physics
+
+        eff = effects_from_physics(self.physics_of(theta_u))
+        return applied_actions(state, action, episode, eff.latency_steps, eff.backlash)
+
     def place(self, layout_poses: dict) -> None:
         mujoco.mj_resetData(self.model, self.data)
         if layout_poses:
@@ -86,7 +135,8 @@ class OneStepSimulator:
         self._object_qpos = self.data.qpos.copy()
 
     def step(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """Next state (28) from state ``s`` (28) under joint targets ``a`` (14)."""
+        """Next state (28) from state ``s`` (28) with the actuators tracking joint targets ``a`` (14)
+        (already through the actuator effects: :meth:`applied`)."""
         d, core = self.data, self.core
         d.qpos[:] = self._object_qpos
         d.qvel[:] = 0.0
@@ -109,6 +159,7 @@ def _simulate_theta(args):
     theta_u, state, action, episode = args
     sim = _WORKER["sim"]
     sim.set_theta(theta_u)
+    action = sim.applied(theta_u, state, action, episode)  # through θ's latency and backlash
     out = np.empty_like(state)
     current = None
     for i in range(len(state)):
@@ -175,7 +226,7 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
         raise ValueError(f"unknown stage-1 backend {backend!r}; valid: 'processes', 'ray'")
     from tqdm import tqdm
 
-    key = hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v1".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v2".encode()).hexdigest()[:20]
     cache = Path(cache_dir) / f"transitions-{key}.npz" if cache_dir else None
     if cache is not None and cache.exists():
         return Transitions.load(cache)
@@ -207,3 +258,37 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
         cache.parent.mkdir(parents=True, exist_ok=True)
         out.save(cache)
     return out
+
+
+def simulate_dense(sim: OneStepSimulator, theta_u: np.ndarray, state: np.ndarray, action: np.ndarray,
+                   episode: np.ndarray, rows: np.ndarray, layouts: dict, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 with dense θ (one parameter vector per transition): row ``rows[i]`` of the episode-ordered
+    transitions is simulated under ``theta_u[i]``. Returns (next states (n, 28), applied targets (n, 14)).
+
+    One θ per transition covers the box with as many distinct parameter vectors as there are
+    transitions, at the cost of one simulation each; the applied targets follow each θ's own
+    latency and backlash along the episode (:func:`applied_actions`).
+    """
+    from tqdm import tqdm
+
+    from embodied_gym.envs.sim_core import effects_from_physics
+
+    theta_u = np.atleast_2d(theta_u)
+    if len(theta_u) == 1:
+        theta_u = np.repeat(theta_u, len(rows), axis=0)
+    physics = [sim.physics_of(t) for t in theta_u]
+    effects = [effects_from_physics(p) for p in physics]
+    latencies = {e.latency_steps for e in effects}
+    if len(latencies) != 1:
+        raise ValueError("simulate_dense: every θ must share one latency_steps (profile the delay outside)")
+    applied = applied_actions(state, action, episode, latencies.pop(), np.stack([e.backlash for e in effects]), rows)
+    out = np.empty((len(rows), STATE_DIM))
+    current = None
+    for i in tqdm(range(len(rows)), desc="stage 1: dense one-step rollouts", disable=not progress, unit="step"):
+        r = int(rows[i])
+        if episode[r] != current:
+            current = episode[r]
+            sim.place(layouts.get(int(current), {}))
+        sim.core.set_physics(physics[i])
+        out[i] = sim.step(state[r], applied[i])
+    return out, applied

@@ -68,6 +68,10 @@ def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
     for cam in settings.get("look", {}).get("camera_offsets", {}):
         if cam not in CAMERAS:
             raise ValueError(f"stand-in config: unknown camera {cam!r} in look.camera_offsets; valid: {list(CAMERAS)}")
+    in_physics = sorted({"latency_steps", "backlash"} & set(settings.get("physics", {})))
+    if in_physics:  # one place for the hidden effects, with the friction the physics section cannot hold
+        raise ValueError(f"stand-in config {path}: {in_physics} belong in the 'effects' section "
+                         f"(effects.latency_steps, effects.backlash), not in 'physics'")
     settings["physics"] = PhysicsParams.from_dict(settings.get("physics", {}))
     settings["_path"] = str(path)
     return settings
