@@ -191,18 +191,6 @@ def profile_latency(episodes, task: str, space: ParameterSpace, theta: np.ndarra
     return min(scores, key=scores.get), scores
 
 
-def recheck_latency(episodes, task: str, space: ParameterSpace, theta: np.ndarray,
-                    candidates) -> tuple[int, dict[int, float]]:
-    """The delay among ``candidates`` whose open-loop replay of ``episodes`` at θ scores best."""
-    from embodied_gym.physaligner.objective import ReplayObjective, score
-
-    objective = ReplayObjective(episodes, task, space)
-    values = space.denormalise(theta)
-    scores = {int(L): score(objective.errors_of(with_latency(space, L).to_physics(values))) for L in candidates}
-    objective.close()
-    return min(scores, key=scores.get), scores
-
-
 def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, space: ParameterSpace | None = None,
               config: CalibrationConfig | None = None, progress: bool = True, report: bool = True) -> dict:
     """Calibrate (see module docstring); returns the result JSON's content.
@@ -258,11 +246,12 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
     times.update(res.times)
     method_values = space.denormalise(res.theta)
     if cfg.latency_candidates and len(cfg.latency_candidates) > 1:
-        # The delay chosen at the start physics, re-checked at the calibrated values (its neighbours only).
+        # The delay chosen at the start physics, re-checked at the calibrated values (its neighbours only,
+        # by the same one-step loss: open-loop replay of a half-converged result can prefer a wrong delay).
         t = time.perf_counter()
         L = space.base.latency_steps
         near = [c for c in cfg.latency_candidates if abs(c - L) <= 1]
-        latency, rescored = recheck_latency(fit, task, space, res.theta, near)
+        latency, rescored = profile_latency(fit, task, space, res.theta, near)
         latency_scores = {"at_start": latency_scores, "at_result": rescored}
         space = with_latency(space, latency)
         times["latency_recheck_s"] = time.perf_counter() - t

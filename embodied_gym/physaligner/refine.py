@@ -235,6 +235,7 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
     """
     import json
     import time
+    import warnings
 
     from scipy.stats import qmc
 
@@ -277,7 +278,9 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
         s_c, a_c = simulate_dense(sim, c[None], state, action, episode, rows, layouts)
         m = cfg.samples_per_transition
         rep = np.tile(np.arange(len(rows)), m)
-        theta = lo + (hi - lo) * sobol.random(len(rep))
+        with warnings.catch_warnings():  # Sobol's balance wants powers of 2; a scrambled prefix is still well spread
+            warnings.simplefilter("ignore", UserWarning)
+            theta = lo + (hi - lo) * sobol.random(len(rep))
         order = np.argsort(rows[rep], kind="stable")
         rep, theta = rep[order], theta[order]
         s_th, a_th = simulate_dense(sim, theta, state, action, episode, rows[rep], layouts)
@@ -321,8 +324,9 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if float(loss) < best:
-                best, best_u = float(loss), u.detach().clone()
+            value = loss.detach().item()
+            if value < best:
+                best, best_u = value, u.detach().clone()
         candidate = best_u.numpy()
         f_new = float(real_loss(candidate))
         accepted = f_new < f_c
