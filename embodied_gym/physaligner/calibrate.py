@@ -1,17 +1,31 @@
 """One calibration run, any method, one result file and a report beside it.
 
-:func:`calibrate` splits the dataset's episodes into fit and held-out sets, runs the chosen
-method on the fit episodes and writes a result JSON that ``gym.make(id, physics="result.json")``
-and ``embodied-gym replay --physics`` read directly: values, bounds, frozen set, method, the
-dataset (path and content hash), held-out errors before and after (open-loop replay), wall time
-per stage, per-parameter uncertainty where the method gives one, the parameters the data does not
-constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
-beside it. PhysAligner's stages are checkpointed in ``<out>.work/`` (the stage-1 cache and the
-surrogate), so a killed run resumes from the finished stage.
+:func:`calibrate` splits the dataset's episodes into fit and held-out sets (or takes the held-out
+episodes from a ``test_dataset``), and then, for every method alike:
 
-Methods: ``physaligner`` (the paper's three stages), ``sysid`` (``mujoco.sysid``'s Gauss-Newton),
-``cmaes`` and ``sa`` (SimplerEnv's simulated annealing). ``RECOMMENDED`` is the method the
-calibration benchmark (``benchmarks/calibration.py``) found best on the stand-in robot.
+1. profiles the actuation delay (``latency_steps``, whole control steps) over a few candidates by
+   the real one-step loss at the starting physics (:func:`profile_latency`);
+2. runs the chosen method on the fit episodes at that delay, within ``budget_s``;
+3. re-checks the delay's neighbours at the method's result;
+4. the acceptance guard: replays the held-out episodes (which no method saw) under the starting
+   physics and under the method's result, and keeps whichever replays better, so the result is
+   never worse than the start there. The result JSON (``acceptance``) and the CLI say plainly when
+   calibration found nothing better.
+
+It writes a result JSON that ``gym.make(id, physics="result.json")`` and ``embodied-gym replay
+--physics`` read directly: values (a ``PhysicsParams``, delay and backlash included), bounds,
+frozen set, method, the dataset (path and content hash), held-out errors before and after
+(open-loop replay), the method's own result before the guard, the delay profile, wall time per
+stage, per-parameter uncertainty where the method gives one, the parameters the data does not
+constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
+beside it. PhysAligner's trust-region loop is checkpointed in ``<out>.work/`` after every
+iteration, so a killed run resumes there.
+
+Methods: ``physaligner`` (the paper's three stages, arXiv 2507.05198 Sec. 3.2, as trust-region
+iterations checked by the real simulator: :func:`.refine.trust_region`), ``sysid``
+(``mujoco.sysid``'s Gauss-Newton), ``cmaes`` and ``sa`` (SimplerEnv's simulated annealing).
+``RECOMMENDED`` is the method the calibration benchmark (``benchmarks/calibration.py``) found best
+on the two stand-in worlds.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
 
 METHODS = ("physaligner", "sysid", "cmaes", "sa")
-RECOMMENDED = "sysid"
+RECOMMENDED = "physaligner"
 
 # A parameter counts as unconstrained by the data when moving it by 10 % of its (normalised) box
 # raises the fit loss by less than 1 % (second-order estimate from the loss curvature).

@@ -269,8 +269,10 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
     bar = tqdm(total=cfg.iterations, initial=st["iteration"], desc="physaligner trust region", unit="it",
                disable=not progress)
     while st["iteration"] < cfg.iterations and rho >= cfg.min_radius and st["stall"] < cfg.patience:
-        if budget_s is not None and clock() > budget_s:
+        # Stop when the next iteration (as long as the last one) would overrun the budget.
+        if budget_s is not None and clock() + st.get("last_iteration_s", 0.0) > budget_s:
             break
+        t_it = time.perf_counter()
         k = st["iteration"]
         lo, hi = np.clip(c - rho, 0, 1), np.clip(c + rho, 0, 1)
         rows = np.sort(rng.choice(n_all, min(cfg.transitions, n_all), replace=False))
@@ -344,7 +346,8 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
             rho *= 0.5
         st["stall"] = 0 if gain >= cfg.tolerance else st["stall"] + 1
         st["history"].append([k + 2, clock(), f_c])
-        st.update(centre=c.tolist(), loss=f_c, radius=rho, iteration=k + 1, elapsed_s=clock())
+        st.update(centre=c.tolist(), loss=f_c, radius=rho, iteration=k + 1, elapsed_s=clock(),
+                  last_iteration_s=time.perf_counter() - t_it)
         last = (loss_at, c_t if not accepted else torch.as_tensor(c))
         if checkpoint is not None:
             write_json(checkpoint, st)

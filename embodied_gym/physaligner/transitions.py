@@ -7,6 +7,11 @@ step; the result s_t is stored. s = 14 joint positions + 14 joint velocities (th
 one-step form). Task objects sit at the episode's recorded start layout: recordings hold no
 per-frame object poses, and the arm's one-step dynamics barely depend on them.
 
+Commands reach the actuators through θ's actuation delay and backlash: the target applied at
+step t depends on the episode's earlier commands, so it is computed along each episode
+(:func:`applied_actions`, the same logic the simulator core applies step by step).
+:func:`simulate_dense` is the dense variant PhysAligner's trust region uses: one θ per transition.
+
 The work runs in parallel over processes (one scene per worker) with a progress bar, and the
 result is cached as a compressed ``.npz`` keyed by the inputs' hash, so a rerun or a resumed
 calibration skips it.
