@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 import embodied_gym  # noqa: E402
+from embodied_gym.atomic import atomic_path, write_json, write_text  # noqa: E402
 from embodied_gym.envs.physics import ARM_JOINT_NAMES, PhysicsParams  # noqa: E402
 from embodied_gym.physaligner.calibrate import METHODS, split_episodes  # noqa: E402
 from embodied_gym.physaligner.space import ParameterSpace, get_value  # noqa: E402
@@ -175,21 +176,16 @@ def main() -> int:
         print(f"--- {world}: {row}", flush=True)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         res = run_row(world, row, args, *setup[world])
-        with open(path + ".tmp", "w") as f:
-            json.dump(res, f, indent=2)
-        os.replace(path + ".tmp", path)
+        write_json(path, res)
         rows[world][row] = res
 
     summary = {"worlds": args.worlds, "episodes": args.episodes, "held_out": args.held_out, "budget_s": args.budget,
                "sa_steps": args.sa_steps, "rows": rows, "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2)
-    os.replace(args.out + ".tmp", args.out)
+    write_json(args.out, summary)
     plot(rows, args.figure)
     table = markdown(rows)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(table)
+    write_text(os.path.splitext(args.out)[0] + ".md", table)
     print(table)
     return 0
 
@@ -221,7 +217,26 @@ def markdown(rows: dict) -> str:
                 f"| {_fmt(pr['backlash_mean_abs_error_rad'] and pr['backlash_mean_abs_error_rad'] * 1000, '.2f')} "
                 f"| {r['wall_time_s']:.0f} |")
         lines.append("")
+        lines += _time_to_reach(rs)
     return "\n".join(lines)
+
+
+def _time_to_reach(rs: dict, method: str = "physaligner") -> list[str]:
+    """When ``method``'s best-so-far result (replayed on the held-out episodes) first reached each
+    other method's final held-out TCP translation error."""
+    curve = rs.get(method, {}).get("curve")
+    if not curve:
+        return []
+    out = []
+    for other, r in rs.items():
+        if other == method or not r.get("curve"):
+            continue
+        target = r["held_out"]["translation_error_m"]
+        hit = next((c[0] for c in curve if c[1] <= target), None)
+        out.append(f"- {method} reached {other}'s final held-out error ({target * 100:.3f} cm, after "
+                   f"{r['wall_time_s']:.0f} s) " + (f"after {hit:.0f} s ({hit / r['wall_time_s']:.2f}x its time)"
+                                                   if hit is not None else "never within its budget"))
+    return out + [""]
 
 
 def plot(rows: dict, path: str) -> None:
@@ -249,8 +264,8 @@ def plot(rows: dict, path: str) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 if __name__ == "__main__":

@@ -153,7 +153,8 @@ class TrustRegionConfig:
     of 4^0.2 = 1.32, about ±30 %. An accepted step re-centres the box there (and widens it by 1.5x,
     up to ``max_radius``); a rejected one halves it. The loop stops on the budget, after
     ``iterations``, when the radius falls below ``min_radius``, or after ``patience`` iterations
-    without a real-loss decrease of at least ``tolerance`` (relative).
+    without a real-loss decrease of at least ``tolerance`` (relative). A rejected step is retried at
+    half its length before the box shrinks (``backtrack``).
     """
 
     radius: float = 0.2
@@ -168,6 +169,7 @@ class TrustRegionConfig:
     iterations: int = 40
     tolerance: float = 2e-3
     patience: int = 4
+    backtrack: bool = True  # a rejected step is retried at half its length (one more real-loss evaluation)
     seed: int = 0
 
 
@@ -331,12 +333,24 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
                 best, best_u = value, u.detach().clone()
         candidate = best_u.numpy()
         f_new = float(real_loss(candidate))
+        backtracked = False
+        if not f_new < f_c and cfg.backtrack:
+            # The surrogate's direction may still be right where its step length is not: try half the step.
+            half = c + 0.5 * (candidate - c)
+            f_half = float(real_loss(half))
+            if f_half < f_new:
+                candidate, f_new, backtracked = half, f_half, True
         accepted = f_new < f_c
         gain = (f_c - f_new) / max(f_c, 1e-12)
         st["iterations"].append({"iteration": k, "radius": rho, "surrogate_val_mse": log["val_mse"][-1],
                                  "predicted_loss_centre": predicted_c, "predicted_loss_step": best,
-                                 "real_loss_centre": f_c, "real_loss_step": f_new, "accepted": bool(accepted)})
-        if accepted:
+                                 "real_loss_centre": f_c, "real_loss_step": f_new, "accepted": bool(accepted),
+                                 "half_step": backtracked})
+        if backtracked and accepted:
+            c, f_c = candidate, f_new
+            rho *= 0.5  # the full step overshot: a smaller box next time
+            st["snapshots"].append([clock(), c.tolist()])
+        elif accepted:
             at_edge = np.any((np.abs(candidate - lo) < 0.05 * rho) & (lo > 0) |
                              (np.abs(candidate - hi) < 0.05 * rho) & (hi < 1))
             c, f_c = candidate, f_new
