@@ -59,8 +59,8 @@ class CalibrationConfig:
     test_dataset: str | None = None  # episodes of another dataset for that instead (then all of `dataset` is fitted)
     latency_candidates: tuple[int, ...] = (0, 1, 2, 3)  # actuation delays profiled (control steps); () keeps the base's
     samples: int = 64  # classic stage 1 (simulate_transitions): θ samples
-    surrogate_epochs: int = 40
-    restarts: int = 4
+    surrogate_epochs: int = 40  # physaligner stage 2: epochs per trust-region iteration
+    restarts: int = 4  # classic refine() only
     refine_steps: int = 150  # physaligner stage 3: Adam steps per trust-region iteration
     tr_radius: float = 0.2  # physaligner: initial trust-region half-width (normalised; ±30 % of a 0.5x-2x box)
     tr_transitions: int = 1200  # physaligner: recorded transitions simulated per iteration
@@ -69,7 +69,7 @@ class CalibrationConfig:
     sa_steps: int = 2000
     cmaes_evaluations: int = 2000
     sysid_iterations: int = 20
-    horizon: int = 1  # physaligner stage 3: surrogate unroll length (1 = the paper's one-step loss)
+    horizon: int = 1  # classic refine() only (not the trust region): surrogate unroll length
     budget_s: float | None = None  # wall-time budget of the search, every method
     workers: int | None = None
     torch_threads: int | None = 1  # physaligner stages 2-3: small tensors gain nothing from more, and
