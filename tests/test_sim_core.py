@@ -203,3 +203,14 @@ def test_core_effects_follow_the_physics_unless_given():
     hidden = _core(latency_steps=2)
     hidden.set_physics(PhysicsParams.from_dict({"latency_steps": 1}))
     assert hidden.effects.latency_steps == 2
+
+
+def test_stand_in_keeps_its_hidden_effects_in_one_section(tmp_path):
+    """latency_steps/backlash in a stand-in config's physics section would bypass its effects (and their
+    friction): refused, naming the section they belong in."""
+    from embodied_gym.robots.stand_in import load_settings
+
+    bad = tmp_path / "w.yaml"
+    bad.write_text("physics: {latency_steps: 1}\n")
+    with pytest.raises(ValueError, match="effects.latency_steps"):
+        load_settings(bad)

@@ -4,8 +4,9 @@
 12 arm joints, the gripper's gain, the sliding friction of task objects and gripper pads, a
 mass scale for task objects, and two actuator effects real arms have: an actuation delay in whole
 control steps (``latency_steps``) and a per-joint backlash dead band on the commanded target
-(``backlash``); both default to zero, an ideal actuator. :func:`apply_physics` writes it into a compiled ``mujoco.MjModel``
-in place, so a calibrator can try thousands of parameter sets without recompiling the scene.
+(``backlash``); both default to zero, an ideal actuator. :func:`apply_physics` writes it into a
+compiled ``mujoco.MjModel`` in place, so a calibrator can try thousands of parameter sets without
+recompiling the scene.
 
 Nominal values are MuJoCo Menagerie's system-identified ALOHA figures (``aloha/aloha.xml``):
 gains 43 / 265 / 227 / 78 / 37 / 10.4, damping 5.76 / 20 / 18.49 / 6.78 / 6.28 / 1.2, armature and
