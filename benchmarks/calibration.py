@@ -1,18 +1,30 @@
-"""PhysAligner against simulated annealing, CMA-ES and mujoco.sysid on the stand-in robot.
+"""Calibration on two stand-in worlds, side by side: nominal, the oracles, PhysAligner, mujoco.sysid,
+CMA-ES and simulated annealing.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/calibration.py \
-        [--episodes 50] [--methods physaligner sysid cmaes sa] [--budget 1200] [--sa-steps 2000]
+        [--worlds default world2] [--episodes 30] [--held-out 10] [--budget 240] [--sa-steps 100]
 
-Records ``--episodes`` scripted-expert PickCup demonstrations on the stand-in robot (state only;
-reused when the dataset exists), holds out 20 % (10 of 50), and calibrates the full default
-parameter space with every method on the same fit episodes, one after the other (so their wall
-times are comparable). Each method's result JSON and report land in ``--work``; a finished method
-is not rerun (delete its JSON to rerun it). Then every method's best-so-far θ snapshots are replayed
-on the held-out episodes to draw held-out error against wall time.
+Per world (``embodied_gym/robots/stand_in_<world>.yaml``; this script may read the hidden settings,
+the library never does): records ``--episodes`` scripted-expert PickCup demonstrations on the
+stand-in robot (state only; reused when the dataset exists) and splits them with the calibration's
+own seeded split into fit and ``--held-out`` episodes. Rows:
 
-Reported per method (nominal physics first): held-out TCP translation / rotation error and arm
-joint RMSE (open-loop replay), the error of each calibrated parameter against the stand-in's hidden
-value (this script may read the stand-in's config; the library never does), and wall time.
+- ``nominal``: the simulator's nominal physics (no delay, no backlash);
+- ``oracle values``: the world's true hidden parameter values, no delay or backlash (the floor of a
+  parameter-only simulator);
+- ``oracle + effects``: the true values with the true delay and backlash (the floor of this
+  simulator: only the stand-in's Stribeck friction and sensor noise remain);
+- one row per method: ``embodied-gym calibrate --method M --budget B`` as a new user runs it (the
+  default free set and boxes, the delay profiled, the acceptance guard on the held-out episodes),
+  each in its own process, one after the other, with the same split and the same wall-time budget.
+
+Reported per row: held-out TCP translation / rotation error and arm joint RMSE (open-loop replay),
+the method's own result before the guard, the delay found vs the true one, the median relative
+error of the identifiable calibrated parameters (those the result does not flag as unconstrained;
+backlash excluded) and the mean absolute backlash error (rad) against the hidden values, wall time;
+and every method's best-so-far snapshots replayed on the held-out episodes (error against wall
+time, ``--figure``). Resumable row by row: a finished row (``<work>/<world>/<row>.json``) is not
+rerun; delete it to rerun it.
 """
 
 from __future__ import annotations
@@ -20,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -28,152 +42,230 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 import embodied_gym  # noqa: E402
-from embodied_gym.physaligner.calibrate import METHODS, CalibrationConfig, calibrate, split_episodes  # noqa: E402
-from embodied_gym.physaligner.space import ParameterSpace  # noqa: E402
+from embodied_gym.atomic import atomic_path, write_json, write_text  # noqa: E402
+from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams  # noqa: E402
+from embodied_gym.physaligner.calibrate import METHODS, split_episodes  # noqa: E402
+from embodied_gym.physaligner.space import ParameterSpace, get_value  # noqa: E402
 
-HIDDEN = os.path.join(os.path.dirname(embodied_gym.__file__), "robots", "stand_in_default.yaml")
+ROBOTS = os.path.join(os.path.dirname(embodied_gym.__file__), "robots")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def record_dataset(root: str, episodes: int) -> None:
+def world_config(world: str) -> str:
+    return os.path.join(ROBOTS, f"stand_in_{world}.yaml")
+
+
+def hidden(world: str) -> PhysicsParams:
+    """The world's true parameter values with its true delay and arm-joint backlash."""
+    s = yaml.safe_load(open(world_config(world)))
+    eff = s.get("effects", {})
+    backlash = dict.fromkeys(ARM_JOINT_NAMES, 0.0)
+    backlash.update({j: float(v) for j, v in eff.get("backlash", {}).items() if j in backlash})
+    return PhysicsParams.from_dict(dict(s.get("physics", {}), latency_steps=int(eff.get("latency_steps", 0)),
+                                        backlash=backlash))
+
+
+def record_dataset(root: str, episodes: int, world: str) -> None:
     import gymnasium as gym
 
     from embodied_gym.data.recording import record
 
     eid = embodied_gym.env_id("PickCup", real=True)
-    env = gym.make(eid, obs_type="state", realtime=False)
+    env = gym.make(eid, obs_type="state", realtime=False, robot_config=world_config(world))
     record(env, embodied_gym.make_expert(env), root, episodes, env_id=eid, progress=True,
            resume=os.path.exists(root))
     env.close()
 
 
-def hidden_values(space: ParameterSpace) -> dict[str, float]:
-    """The stand-in's true value of every parameter that exists both there and in ``space``."""
-    physics = yaml.safe_load(open(HIDDEN))["physics"]
-    out = {}
-    for name in space.names:
-        group, _, joint = name.partition(".")
-        value = physics.get(group)
-        if isinstance(value, dict):
-            value = value.get(joint)
-        if isinstance(value, (int, float)):
-            out[name] = float(value)
+def result_space(r: dict, latency: int) -> ParameterSpace:
+    """The space a result's θ snapshots live in (its bounds, frozen set and delay)."""
+    return ParameterSpace(PhysicsParams(latency_steps=latency), {n: tuple(b) for n, b in r["bounds"].items()},
+                          r["frozen"])
+
+
+def parameter_report(values: PhysicsParams, truth: PhysicsParams, free: list[str], loose: set[str]) -> dict:
+    cont = [n for n in free if not n.startswith("backlash.") and n not in loose]
+    rel = [abs(get_value(values, n) - get_value(truth, n)) / abs(get_value(truth, n)) for n in cont
+           if get_value(truth, n) != 0]
+    bl = [abs(get_value(values, n) - get_value(truth, n)) for n in free if n.startswith("backlash.")]
+    return {"median_rel_error_identifiable": float(np.median(rel)) if rel else None, "identifiable": cont,
+            "backlash_mean_abs_error_rad": float(np.mean(bl)) if bl else None,
+            "latency_found": values.latency_steps, "latency_true": truth.latency_steps}
+
+
+def run_row(world: str, row: str, args, dataset: str, held, free: list[str], truth: PhysicsParams) -> dict:
+    from embodied_gym.physaligner.objective import ReplayObjective
+
+    evaluate = ReplayObjective(held, "PickCup", ParameterSpace())
+    out: dict = {"world": world, "row": row}
+    if row in ("nominal", "oracle values", "oracle + effects"):
+        physics = {"nominal": PhysicsParams(),
+                   "oracle values": PhysicsParams.from_dict({**truth.to_dict(), "latency_steps": 0,
+                                                             "backlash": [0.0] * 12}),
+                   "oracle + effects": truth}[row]
+        out.update(held_out=evaluate.errors_of(physics), wall_time_s=0.0,
+                   parameters=parameter_report(physics, truth, free, set()))
+    else:
+        path = os.path.join(args.work, world, f"{row}.json")
+        cmd = [sys.executable, "-m", "embodied_gym.cli", "calibrate", "--dataset", dataset, "--task", "PickCup",
+               "--method", row, "--out", path, "--budget", str(args.budget), "--held-out", str(args.held_out_share),
+               "--seed", "0", "--sa-steps", str(args.sa_steps), "--workers", "1"]
+        print("$", " ".join(cmd), flush=True)
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, cwd=ROOT)
+        r = json.load(open(path))
+        physics = PhysicsParams.from_dict(r["values"])
+        loose = set(r.get("unconstrained") or [])
+        raw = PhysicsParams.from_dict(r["method_result"]["values"])
+        curve = []
+        space = result_space(r, r["latency_steps"]["method_result"])
+        for t_, theta in r["snapshots"]:
+            e = evaluate.errors_of(space.to_physics(space.denormalise(np.asarray(theta))))
+            curve.append((t_, e["translation_error_m"], e["rotation_error_rad"]))
+        out.update(held_out=r["held_out_errors"]["after"], method_result_held_out=r["method_result"]["held_out_errors"],
+                   improved=r["acceptance"]["improved"], message=r["acceptance"]["message"],
+                   wall_time_s=r["wall_time_s"]["total"], stage_times_s=r["wall_time_s"],
+                   process_wall_s=time.perf_counter() - t, unconstrained=sorted(loose),
+                   parameters=parameter_report(physics, truth, free, loose),
+                   method_result_parameters=parameter_report(raw, truth, free, loose),
+                   latency_profile=r["latency_steps"]["profile"], curve=curve,
+                   evaluations=r["logs"].get("evaluations"), result=os.path.abspath(path))
+    evaluate.close()
+    out["load_average"] = os.getloadavg()
     return out
-
-
-def parameter_errors(values: dict[str, float], truth: dict[str, float], among: list[str]) -> float:
-    """Median relative error |value − truth| / truth over ``among``."""
-    return float(np.median([abs(values[n] - truth[n]) / abs(truth[n]) for n in among])) if among else float("nan")
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="runs/bench/standin_pickcup_50")
-    p.add_argument("--episodes", type=int, default=50)
-    p.add_argument("--methods", nargs="+", default=["physaligner", "sysid", "cmaes", "sa"], choices=METHODS)
-    p.add_argument("--work", default="runs/bench/calibration", help="per-method results and reports")
-    p.add_argument("--budget", type=float, default=1200, help="wall-time budget of each search method, s")
-    p.add_argument("--sa-steps", type=int, default=2000, help="SimplerEnv uses 2000")
-    p.add_argument("--cmaes-evaluations", type=int, default=2000)
-    p.add_argument("--sysid-iterations", type=int, default=20)
-    p.add_argument("--samples", type=int, default=64, help="physaligner stage 1: θ samples")
-    p.add_argument("--epochs", type=int, default=10, help="physaligner stage 2: surrogate epochs")
+    p.add_argument("--worlds", nargs="+", default=["default", "world2"])
+    p.add_argument("--episodes", type=int, default=30)
+    p.add_argument("--held-out", type=int, default=10, help="held-out episodes per world (>= 10)")
+    p.add_argument("--methods", nargs="+", default=["sysid", "cmaes", "sa", "physaligner"], choices=METHODS)
+    p.add_argument("--work", default="runs/bench/calibration_worlds", help="per-row results")
+    p.add_argument("--budget", type=float, default=240, help="wall-time budget of every method, s")
+    p.add_argument("--sa-steps", type=int, default=100, help="annealing schedule length (SimplerEnv: 2000)")
     p.add_argument("--out", default="benchmarks/results/calibration.json")
     p.add_argument("--figure", default="benchmarks/figures/calibration_error_vs_time.png")
     args = p.parse_args()
+    args.held_out_share = args.held_out / args.episodes
 
-    from embodied_gym.data.reader import is_dataset, load_episodes, read_info
-    from embodied_gym.physaligner.objective import ReplayObjective
+    from embodied_gym.data.replay import load_episodes
+    from embodied_gym.physaligner.space import default_free
 
-    if not is_dataset(args.dataset) or read_info(args.dataset)["total_episodes"] < args.episodes:
-        record_dataset(args.dataset, args.episodes)
-    episodes = load_episodes(args.dataset)[: args.episodes]
-    space = ParameterSpace()
-    cfg_common = dict(held_out=0.2, samples=args.samples, surrogate_epochs=args.epochs, sa_steps=args.sa_steps,
-                      cmaes_evaluations=args.cmaes_evaluations, sysid_iterations=args.sysid_iterations,
-                      budget_s=args.budget, seed=0)
-    fit, held = split_episodes(episodes, 0.2, 0)
-    print(f"{len(fit)} fit episodes, {len(held)} held out; {space.dim} free parameters; methods {args.methods}")
-    os.makedirs(args.work, exist_ok=True)
-    results = {}
-    for method in args.methods:
-        out = os.path.join(args.work, f"{method}.json")
-        if os.path.exists(out):
-            print(f"{method}: reusing {out}")
-            results[method] = json.load(open(out))
+    setup = {}
+    for world in args.worlds:
+        dataset = os.path.abspath(f"runs/bench/standin_{world}_pickcup_{args.episodes}")
+        if not os.path.exists(os.path.join(dataset, "meta", "info.json")) or \
+                len(load_episodes(dataset)) < args.episodes:
+            record_dataset(dataset, args.episodes, world)
+        episodes = load_episodes(dataset)[: args.episodes]
+        fit, held = split_episodes(episodes, args.held_out_share, 0)
+        assert len(held) == args.held_out, (len(held), args.held_out)
+        setup[world] = (dataset, held, default_free(fit), hidden(world))
+        print(f"{world}: {len(fit)} fit / {len(held)} held-out episodes; default free set {len(setup[world][2])} "
+              f"parameters; true delay {setup[world][3].latency_steps}", flush=True)
+
+    order = [(w, r) for w in args.worlds for r in ("nominal", "oracle values", "oracle + effects")]
+    order += [(w, m) for m in args.methods for w in args.worlds]
+    rows: dict = {w: {} for w in args.worlds}
+    for world, row in order:
+        path = os.path.join(args.work, world, f"row-{row.replace(' ', '_').replace('+', 'and')}.json")
+        if os.path.exists(path):
+            rows[world][row] = json.load(open(path))
             continue
-        print(f"--- {method}")
-        results[method] = calibrate(args.dataset, "PickCup", out, space, CalibrationConfig(method=method, **cfg_common))
+        print(f"--- {world}: {row}", flush=True)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        res = run_row(world, row, args, *setup[world])
+        write_json(path, res)
+        rows[world][row] = res
 
-    truth = hidden_values(space)
-    nominal = dict(zip(space.names, space.values_of(space.base).tolist()))
-    evaluate = ReplayObjective(held, "PickCup", space)
-    start = space.normalise(space.values_of(space.base))
-    rows = {"nominal": {"held_out": evaluate.errors(start), "wall_time_s": 0.0, "values": nominal}}
-    curves = {}
-    for method, r in results.items():
-        loose = set(r.get("unconstrained") or [])
-        rows[method] = {"held_out": r["held_out_errors"]["after"], "wall_time_s": r["wall_time_s"]["total"],
-                        "values": r["calibrated"], "unconstrained": sorted(loose),
-                        "stage_times_s": r["wall_time_s"]}
-        curve = []
-        for t, theta in r["snapshots"]:
-            e = evaluate.errors(np.asarray(theta))
-            curve.append((t, e["translation_error_m"] + e["rotation_error_rad"]))
-        curves[method] = curve
-    evaluate.close()
-    constrained = [n for n in truth if all(n not in set(r.get("unconstrained") or []) for r in results.values())]
-    for name, row in rows.items():
-        row["param_error_all"] = parameter_errors(row["values"], truth, list(truth))
-        row["param_error_constrained"] = parameter_errors(row["values"], truth, constrained)
-        row["per_parameter"] = {n: {"value": row["values"][n], "truth": truth[n]} for n in truth}
-
+    summary = {"worlds": args.worlds, "episodes": args.episodes, "held_out": args.held_out, "budget_s": args.budget,
+               "sa_steps": args.sa_steps, "rows": rows, "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    summary = {"dataset": os.path.abspath(args.dataset), "fit_episodes": len(fit), "held_out_episodes": len(held),
-               "free_parameters": space.dim, "config": cfg_common, "rows": rows, "curves": curves,
-               "parameters_constrained_for_every_method": constrained, "cpus": os.cpu_count(),
-               "load_average_at_end": os.getloadavg()}
-    with open(args.out + ".tmp", "w") as f:
-        json.dump(summary, f, indent=2)
-    os.replace(args.out + ".tmp", args.out)
-    plot(curves, rows, args.figure)
-
-    print("\n| method | held-out TCP translation (cm) | rotation (rad) | arm joint RMSE (rad) "
-          "| parameter error vs hidden, median rel. | wall time (s) |\n|---|---|---|---|---|---|")
-    for name, row in rows.items():
-        e = row["held_out"]
-        print(f"| {name} | {e['translation_error_m'] * 100:.3f} | {e['rotation_error_rad']:.4f} | "
-              f"{e['joint_rmse_rad']:.4f} | {row['param_error_all']:.1%} | "
-              f"{row['wall_time_s']:.0f} |")
-    print(f"\nparameters constrained by the data for every method: {len(constrained)} of {len(truth)}; "
-          f"results: {args.out}, figure: {args.figure}")
+    write_json(args.out, summary)
+    plot(rows, args.figure)
+    table = markdown(rows)
+    write_text(os.path.splitext(args.out)[0] + ".md", table)
+    print(table)
     return 0
 
 
-def plot(curves: dict, rows: dict, path: str) -> None:
+def _fmt(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def markdown(rows: dict) -> str:
+    lines = []
+    for world, rs in rows.items():
+        nominal = rs["nominal"]["held_out"]["translation_error_m"]
+        floor = rs["oracle + effects"]["held_out"]["translation_error_m"]
+        lines += [f"### World `{world}`", "",
+                  "| row | held-out TCP translation (cm) | × nominal | × floor | rotation (rad) | arm joint RMSE (rad) "
+                  "| method's own result (cm) | delay found / true | param. error, median rel. (identifiable) "
+                  "| backlash error (mrad) | wall time (s) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in rs.items():
+            e, pr = r["held_out"], r["parameters"]
+            own = r.get("method_result_held_out")
+            lines.append(
+                f"| {name}{'' if r.get('improved', True) else ' (guard kept the start)'} "
+                f"| {e['translation_error_m'] * 100:.3f} | {e['translation_error_m'] / nominal:.2f} "
+                f"| {e['translation_error_m'] / floor:.2f} | {e['rotation_error_rad']:.4f} | {e['joint_rmse_rad']:.4f} "
+                f"| {_fmt(own and own['translation_error_m'] * 100, '.3f')} "
+                f"| {pr['latency_found']} / {pr['latency_true']} "
+                f"| {_fmt(pr['median_rel_error_identifiable'], '.1%')} ({len(pr['identifiable'])}) "
+                f"| {_fmt(pr['backlash_mean_abs_error_rad'] and pr['backlash_mean_abs_error_rad'] * 1000, '.2f')} "
+                f"| {r['wall_time_s']:.0f} |")
+        lines.append("")
+        lines += _time_to_reach(rs)
+    return "\n".join(lines)
+
+
+def _time_to_reach(rs: dict, method: str = "physaligner") -> list[str]:
+    """When ``method``'s best-so-far result (replayed on the held-out episodes) first reached each
+    other method's final held-out TCP translation error."""
+    curve = rs.get(method, {}).get("curve")
+    if not curve:
+        return []
+    out = []
+    for other, r in rs.items():
+        if other == method or not r.get("curve"):
+            continue
+        target = r["held_out"]["translation_error_m"]
+        hit = next((c[0] for c in curve if c[1] <= target), None)
+        out.append(f"- {method} reached {other}'s final held-out error ({target * 100:.3f} cm, after "
+                   f"{r['wall_time_s']:.0f} s) " + (f"after {hit:.0f} s ({hit / r['wall_time_s']:.2f}x its time)"
+                                                   if hit is not None else "never within its budget"))
+    return out + [""]
+
+
+def plot(rows: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    n = rows["nominal"]["held_out"]
-    ax.axhline(n["translation_error_m"] + n["rotation_error_rad"], color="grey", ls=":", label="nominal physics")
-    for method, curve in curves.items():
-        if not curve:
-            continue
-        t, e = zip(*curve)
-        t = np.maximum(np.asarray(t), 1.0)  # log axis: the start sits at 1 s
-        t_end = rows[method]["wall_time_s"]
-        ax.step(list(t) + [t_end], list(e) + [e[-1]], where="post", label=method)
-        ax.plot([t_end], [e[-1]], "o", color=ax.lines[-1].get_color())
-    ax.set_xscale("log")
-    ax.set(xlabel="wall time (s, log)", ylabel="held-out TCP translation (m) + rotation (rad)",
-           title="Calibration on the stand-in robot (PickCup, 40 fit / 10 held-out episodes)")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, len(rows), figsize=(6.5 * len(rows), 4.2), squeeze=False)
+    for ax, (world, rs) in zip(axes[0], rows.items()):
+        for name, style in (("nominal", ":"), ("oracle values", "--"), ("oracle + effects", "-.")):
+            ax.axhline(rs[name]["held_out"]["translation_error_m"] * 100, color="grey", ls=style, label=name)
+        for name, r in rs.items():
+            curve = r.get("curve")
+            if not curve:
+                continue
+            t, e = [max(c[0], 1.0) for c in curve], [c[1] * 100 for c in curve]
+            t_end = r["wall_time_s"]
+            ax.step(t + [t_end], e + [e[-1]], where="post", label=name)
+            final = r["held_out"]["translation_error_m"] * 100
+            ax.plot([t_end], [final], "o", color=ax.lines[-1].get_color())
+        ax.set_xscale("log")
+        ax.set(xlabel="wall time (s, log)", ylabel="held-out TCP translation error (cm)",
+               title=f"stand-in world '{world}' (PickCup)")
+        ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,14 @@ def episodes(tmp_path_factory):
 
 def test_space_scaling_round_trip_and_log_scale():
     space = ParameterSpace()
-    assert space.dim == 51
+    assert space.dim == 64  # 4 x 12 per-joint physics, 12 backlash, 4 scalars (object_mass_scale among them)
+    assert "object_mass_scale" in space.names and "backlash.right_wrist_rotate" in space.names
     u = space.sample(16, seed=1)
     np.testing.assert_allclose(space.normalise(space.denormalise(u)), u, atol=1e-12)
     p = {q.name: q for q in space.params}
-    assert p["kp.left_waist"].log and not p["frictionloss.left_elbow"].log
+    assert p["kp.left_waist"].log and not p["backlash.left_elbow"].log
+    assert (p["kp.left_waist"].low, p["kp.left_waist"].high) == (43.0 * 0.5, 43.0 * 2.0)  # 0.5x-2x boxes
+    np.testing.assert_allclose(space.normalise(space.values_of(space.base))[0], 0.5)  # nominal in the middle
     assert space.to_physics(space.values_of(space.base)) == space.base
 
 
@@ -224,9 +227,10 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, shifted_datase
     assert "| kp.right_shoulder |" in report and "Held-out open-loop replay error" in report
     for png in ("paths", "loss", "error_vs_time"):
         assert (tmp_path / f"result.{png}.png").stat().st_size > 10_000
-    if method == "physaligner":  # a rerun resumes from the cached stage-1 dataset and surrogate
+    assert result["acceptance"]["message"] and result["latency_steps"]["calibrated"] == 0  # a sim recording: no delay
+    if method == "physaligner":  # a rerun resumes from the trust region's checkpoint
         work = tmp_path / "result.json.work"
-        assert list(work.glob("transitions-*.npz")) and list(work.glob("surrogate-*/surrogate.safetensors"))
+        assert list(work.glob("trust-region-*.json"))
         assert main(args) == 0
 
 
@@ -288,3 +292,119 @@ def test_refinement_windows_stay_inside_episodes():
     assert w.tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [5, 6, 7]]
     assert (episode[w] == episode[w[:, :1]]).all()
     assert len(windows(episode, 6)) == 0
+
+
+# ------------------------------------------------------------------ latency, backlash, the guard, the trust region
+DELAYED_FREE = ["kp.right_shoulder", "kp.right_elbow", "backlash.right_elbow"]
+
+
+@pytest.fixture(scope="module")
+def delayed(tmp_path_factory):
+    """Sim recordings under one step of delay, 0.01 rad of right-elbow backlash and shifted right-arm gains."""
+    import dataclasses
+
+    space = ParameterSpace(frozen=only(DELAYED_FREE))
+    truth = space.values_of(space.base) * np.array([1.4, 0.7, 0.0]) + np.array([0.0, 0.0, 0.01])
+    physics = dataclasses.replace(space.to_physics(truth), latency_steps=1)
+    root = tmp_path_factory.mktemp("delayed") / "d"
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=physics, max_episode_steps=50)
+    record(env, embodied_gym.make_expert(env), root, 4, seed=3, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    return space, truth, root
+
+
+def test_one_step_simulator_applies_the_action_history_through_the_effects(delayed):
+    """At the true physics (delay and backlash included) the one-step simulator reproduces the recording
+    far better with the applied targets than with the raw commands."""
+    space, truth, root = delayed
+    import dataclasses
+
+    eps = load_episodes(root)
+    sim = OneStepSimulator("PickCup", space.with_base(dataclasses.replace(space.base, latency_steps=1)))
+    s, a, s_next, ep = episode_transitions(eps)
+    u = sim.space.normalise(truth)
+    sim.set_theta(u)
+    layouts = {e.index: e.layout for e in eps}
+
+    def error(actions):
+        out, current = [], None
+        for i in range(len(s)):
+            if ep[i] != current:
+                current = ep[i]
+                sim.place(layouts[int(current)])
+            out.append(sim.step(s[i], actions[i]))
+        return np.abs(np.array(out)[:, 14:] - s_next[:, 14:]).mean()
+
+    through_effects, raw = error(sim.applied(u, s, a, ep)), error(a)
+    assert through_effects < 0.2 * raw, (through_effects, raw)
+
+
+def test_calibration_recovers_a_known_delay_and_backlash(delayed, tmp_path):
+    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
+
+    space, truth, root = delayed
+    free = ["kp.right_elbow", "backlash.right_elbow"]
+    small = ParameterSpace(space.base.__class__.from_dict({"kp": {"right_shoulder": truth[0]}}), frozen=only(free))
+    r = calibrate(root, "PickCup", tmp_path / "r.json", small,
+                  CalibrationConfig(method="sysid", sysid_iterations=6, held_out=0.25, budget_s=60), progress=False,
+                  report=False)
+    assert r["latency_steps"]["calibrated"] == 1 and r["values"]["latency_steps"] == 1
+    assert r["acceptance"]["improved"]
+    assert r["calibrated"]["kp.right_elbow"] == pytest.approx(truth[1], rel=0.05)
+    assert r["calibrated"]["backlash.right_elbow"] == pytest.approx(0.01, abs=0.002)
+    b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
+    assert a["translation_error_m"] < 0.2 * b["translation_error_m"]
+
+
+def test_acceptance_guard_keeps_the_start_and_says_so(tmp_path, capsys):
+    """Recordings of the nominal sim: nothing can beat the start, and the result says so."""
+    import json
+
+    from embodied_gym.cli import main
+
+    root = tmp_path / "nominal"
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", max_episode_steps=30)
+    record(env, embodied_gym.make_expert(env), root, 3, seed=20, progress=False, env_id="EmbodieDreamer-PickCup-v0")
+    env.close()
+    out = tmp_path / "r.json"
+    assert main(["calibrate", "--dataset", str(root), "--method", "sa", "--out", str(out), "--free", "kp.right_elbow",
+                 "damping.right_elbow", "--sa-steps", "4", "--held-out", "0.34"]) == 0
+    result = json.loads(out.read_text())
+    assert result["acceptance"]["improved"] is False
+    assert "found nothing better than the starting physics" in capsys.readouterr().out
+    assert embodied_gym.PhysicsParams.from_dict(result["values"]) == embodied_gym.PhysicsParams()
+    after, before = result["held_out_errors"]["after"], result["held_out_errors"]["before"]
+    assert after == before
+
+
+def test_trust_region_physaligner_beats_nominal(delayed, tmp_path):
+    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
+
+    space, truth, root = delayed
+    r = calibrate(root, "PickCup", tmp_path / "r.json", space,
+                  CalibrationConfig(method="physaligner", held_out=0.25, tr_transitions=150, surrogate_epochs=15,
+                                    refine_steps=60, tr_iterations=4, budget_s=60), progress=False, report=False)
+    b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
+    assert r["acceptance"]["improved"] and r["logs"]["accepted_steps"] >= 1
+    assert a["translation_error_m"] < 0.5 * b["translation_error_m"]
+    assert r["latency_steps"]["calibrated"] == 1
+    found = np.array([r["calibrated"][n] for n in DELAYED_FREE])
+    nominal = space.values_of(space.base)
+    assert np.abs(found - truth)[:2].sum() < np.abs(nominal - truth)[:2].sum()  # gains moved towards the truth
+    # Every iteration's step was checked by the real simulator; only decreases were accepted.
+    for it in r["logs"]["iterations"]:
+        assert it["accepted"] == (it["real_loss_step"] < it["real_loss_centre"])
+
+
+def test_default_free_set_is_the_joints_the_recording_moves(episodes):
+    from embodied_gym.physaligner.space import default_free
+
+    free = default_free(episodes)
+    assert free and all(n.split(".")[0] in ("kp", "damping", "frictionloss", "backlash") for n in free)
+    moved = {n.split(".")[1] for n in free}
+    span = np.ptp(np.concatenate([e.state for e in episodes]), axis=0)
+    from embodied_gym.sim import robot
+    from embodied_gym.sim.physics import ARM_JOINT_NAMES
+
+    for j in ARM_JOINT_NAMES:
+        assert (j in moved) == (span[robot.ARM_INDICES[ARM_JOINT_NAMES.index(j)]] >= 0.05)

@@ -127,3 +127,23 @@ def test_a_calibration_result_written_before_the_redesign_still_loads():
     env.reset(seed=0)
     assert env.unwrapped.physics == params
     env.close()
+
+
+def test_latency_and_backlash_round_trip_and_default_to_none(tmp_path):
+    assert PhysicsParams().latency_steps == 0 and PhysicsParams().backlash == (0.0,) * 12
+    p = PhysicsParams.from_dict({"latency_steps": 2, "backlash": {"right_wrist_rotate": 0.012}})
+    p.save(tmp_path / "p.json")
+    q = PhysicsParams.load(tmp_path / "p.json")
+    assert q == p and q.latency_steps == 2 and isinstance(q.latency_steps, int)
+    assert q.backlash[ARM_JOINT_NAMES.index("right_wrist_rotate")] == 0.012
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"latency_steps": 1.5}, "latency_steps"),
+    ({"latency_steps": -1}, "latency_steps"),
+    ({"backlash": (-0.01,) + (0.0,) * 11}, r"backlash\[left_waist\]"),
+    ({"backlash": (0.0,) * 11}, "backlash has 11 values"),
+])
+def test_invalid_latency_and_backlash_are_named(change, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(PhysicsParams(), **change)

@@ -127,3 +127,90 @@ def test_stand_in_runs_on_the_core_with_its_hidden_effects():
     eff = bot._world.effects
     assert eff.latency_steps == 1 and eff.backlash.any() and eff.friction is not None
     bot.disconnect()
+
+
+def test_physics_latency_and_backlash_change_a_replay_exactly_as_specified():
+    """``PhysicsParams(latency_steps=2, backlash=0.01 on the right elbow)`` in the sim env: the actuators
+    track the hand-computed sequence (dead band, then two steps late), and the replayed trajectory is
+    identical to an ideal-actuator replay of that hand-computed sequence."""
+    from embodied_gym.sim.physics import ARM_JOINT_NAMES
+
+    elbow = robot.ARM_INDICES[ARM_JOINT_NAMES.index("right_elbow")]
+    physics = PhysicsParams.from_dict({"latency_steps": 2, "backlash": {"right_elbow": 0.01}})
+    start = robot.START_QPOS.copy()
+    offsets = [0.005, 0.03, 0.025, 0.012, -0.02, -0.02, 0.0]  # right elbow commands, relative to the start
+    # Dead band of half-width 0.01 around the tracked target (starts at 0): 0.005 inside -> 0;
+    # 0.03 -> 0.02; 0.025 and 0.012 inside -> 0.02; -0.02 -> -0.01; -0.02 inside -> -0.01; 0.0 inside -> -0.01.
+    banded = [0.0, 0.02, 0.02, 0.02, -0.01, -0.01, -0.01]
+    tracked = [0.0, 0.0] + banded[:-2]  # two control steps late, the start pose held before
+    commands, hand = [], []
+    for t, off in enumerate(offsets):
+        c = start.copy()
+        c[elbow] += off
+        c[0] += 0.01 * t  # the left waist (no backlash) only shows the delay
+        commands.append(c)
+        h = start.copy()
+        h[elbow] += tracked[t]
+        h[0] += 0.01 * max(0, t - 2)
+        hand.append(h)
+
+    def run(physics, actions):
+        env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=physics)
+        u = env.unwrapped
+        env.reset(seed=3)
+        ctrl, q = [], []
+        for a in actions:
+            env.step(a)
+            ctrl.append(u.data.ctrl[u.sim.ctrl_index][:14][np.argsort(u.sim.ctrl_source[:14])].copy())
+            q.append(u.joint_positions())
+        env.close()
+        return np.array(ctrl), np.array(q)
+
+    ctrl, q = run(physics, commands)
+    np.testing.assert_allclose(ctrl[:, elbow], start[elbow] + np.array(tracked), atol=1e-12)
+    np.testing.assert_allclose(ctrl[:, 0], start[0] + 0.01 * np.maximum(0, np.arange(7) - 2), atol=1e-12)
+    ideal_ctrl, ideal_q = run(PhysicsParams(), hand)
+    np.testing.assert_array_equal(ctrl, ideal_ctrl)
+    np.testing.assert_array_equal(q, ideal_q)  # same tracked targets, same physics: the same trajectory
+    nominal_ctrl, nominal_q = run(PhysicsParams(), commands)
+    assert np.abs(nominal_q - q).max() > 1e-4  # and the effects do change the replay
+
+
+def test_applied_targets_is_the_logic_the_core_applies():
+    """The pure function calibration uses gives the core's step-by-step targets, for batched backlash too."""
+    from embodied_gym.sim.core import applied_targets
+
+    rng = np.random.default_rng(0)
+    backlash = np.abs(rng.normal(0, 0.01, 14))
+    core = _core(latency_steps=3, backlash=backlash)
+    core.reset_scene(rng)
+    commands = robot.START_QPOS + np.cumsum(rng.normal(0, 0.01, (30, 14)), axis=0)
+    stepwise = np.array([core.command(c) for c in commands])
+    np.testing.assert_array_equal(applied_targets(commands, robot.START_QPOS, 3, backlash), stepwise)
+    batched = applied_targets(commands, robot.START_QPOS, 3, np.stack([backlash, np.zeros(14)]))
+    np.testing.assert_array_equal(batched[:, 0], stepwise)
+    np.testing.assert_array_equal(batched[3:, 1], commands[:-3])
+
+
+def test_core_effects_follow_the_physics_unless_given():
+    core = SimCore(make_task("PickCup"), PhysicsParams())
+    assert core.effects.is_ideal
+    core.set_physics(PhysicsParams.from_dict({"latency_steps": 1, "backlash": {"left_waist": 0.02}}))
+    assert core.effects.latency_steps == 1 and core.effects.backlash[0] == 0.02 and core.effects.backlash[6] == 0
+    core.set_physics(PhysicsParams())
+    assert core.effects.is_ideal
+    # Explicit effects (the stand-in's hidden ones, with their friction) survive set_physics.
+    hidden = _core(latency_steps=2)
+    hidden.set_physics(PhysicsParams.from_dict({"latency_steps": 1}))
+    assert hidden.effects.latency_steps == 2
+
+
+def test_stand_in_keeps_its_hidden_effects_in_one_section(tmp_path):
+    """latency_steps/backlash in a stand-in config's physics section would bypass its effects (and their
+    friction): refused, naming the section they belong in."""
+    from embodied_gym.robots.stand_in import load_settings
+
+    bad = tmp_path / "w.yaml"
+    bad.write_text("physics: {latency_steps: 1}\n")
+    with pytest.raises(ValueError, match="effects.latency_steps"):
+        load_settings(bad)

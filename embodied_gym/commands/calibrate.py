@@ -16,7 +16,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dataset", required=True, help="recorded episodes (e.g. `record --env ...-Real-v0`)")
     p.add_argument("--task", help="task name (default: from the recording)")
     p.add_argument("--out", required=True, help="result JSON (usable as physics=... and --physics)")
-    p.add_argument("--free", nargs="*", help="parameters to calibrate (default: all); the rest stay nominal")
+    p.add_argument("--free", nargs="*", help="parameters to calibrate, or 'all' (default: kp, damping, frictionloss "
+                   "and backlash of every joint the recording moves); the rest stay at the base values")
     configs.add_arguments(p, CalibrationConfig, config_file=True)
 
 
@@ -27,16 +28,17 @@ def run(args) -> int:
 
     cfg = configs.from_args(CalibrationConfig, args, args.config)
     task = args.task or open_dataset(args.dataset).require_task()
-    r = calibrate(args.dataset, task, args.out, ParameterSpace.with_free(args.free), cfg)
+    space = ParameterSpace.with_free(args.free) if args.free else None  # None: the default free set
+    r = calibrate(args.dataset, task, args.out, space, cfg)
     b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
     print(f"{cfg.method}: held-out TCP translation {b['translation_error_m'] * 100:.2f} -> "
           f"{a['translation_error_m'] * 100:.2f} cm, rotation {b['rotation_error_rad']:.4f} -> "
           f"{a['rotation_error_rad']:.4f} rad, joint RMSE {b['joint_rmse_rad']:.4f} -> {a['joint_rmse_rad']:.4f} rad "
           f"in {r['wall_time_s']['total']:.0f} s; result: {args.out}, report: "
           f"{os.path.splitext(args.out)[0]}.report.md")
-    if r["logs"].get("chosen") == "start":
-        print("note: no refinement restart beat the starting physics in open-loop replay of the fit episodes; "
-              "the result keeps the starting values (see the report)")
+    print(f"actuation delay: {r['latency_steps']['calibrated']} control step(s)")
+    acc = r["acceptance"]
+    print(("" if acc["improved"] else "NOTE: ") + acc["message"])
     if r["unconstrained"]:
         print(f"not constrained by this data: {', '.join(r['unconstrained'])} (see the report)")
     return 0

@@ -78,7 +78,7 @@ def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> d
 
     c = cfg.calibrate
     settings = {k: v for k, v in dataclasses.asdict(c).items() if k != "free"}
-    result = calibrate(dataset, task, folder / "result.json", ParameterSpace.with_free(c.free or None),
+    result = calibrate(dataset, task, folder / "result.json", ParameterSpace.with_free(c.free) if c.free else None,
                        CalibrationConfig(**settings))
     return {"result": str(folder / "result.json"), "report": str(folder / "result.report.md"),
             "paths_png": str(folder / "result.paths.png"), "held_out_errors": result["held_out_errors"],

@@ -1,12 +1,14 @@
-"""PhysAligner: calibrate the simulator's physics from recorded episodes (work in progress).
+"""PhysAligner: calibrate the simulator's physics from recorded episodes.
 
-Implemented so far: the parameter space (:mod:`.space`), the simulated one-step dataset
-(stage 1, :mod:`.transitions`), the differentiable surrogate (stage 2, :mod:`.surrogate`), and
-gradient refinement through differentiable forward kinematics (stage 3, :mod:`.refine`,
-:mod:`.fk`), the open-loop replay objective every method is judged by (:mod:`.objective`), and
-the simulated-annealing and CMA-ES baselines (:mod:`.baselines`), and :func:`.calibrate.calibrate`
-(the ``embodied-gym calibrate`` command) writing one result JSON per run. The mujoco.sysid
-baseline, the Ray backend, the plotted report and the calibration benchmark come next.
+The parameter space (:mod:`.space`: gains, damping, friction, armature, backlash, object
+properties; the actuation delay is profiled over whole control steps), the one-step simulator and
+the simulated one-step datasets (stage 1, :mod:`.transitions`), the differentiable surrogate
+(stage 2, :mod:`.surrogate`), gradient refinement through differentiable forward kinematics and
+the trust-region loop that checks every step in the real simulator (stage 3, :mod:`.refine`,
+:mod:`.fk`), the open-loop replay objective every method is judged by (:mod:`.objective`), the
+simulated-annealing, CMA-ES and mujoco.sysid baselines (:mod:`.baselines`), and
+:func:`.calibrate.calibrate` (the ``embodied-gym calibrate`` command) writing one result JSON and a
+report (:mod:`.report`) per run, guarded by held-out episodes.
 """
 
 from embodied_gym.physaligner.space import Parameter, ParameterSpace

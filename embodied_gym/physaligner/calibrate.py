@@ -1,18 +1,31 @@
 """One calibration run, any method, one result file and a report beside it.
 
-:func:`calibrate` splits the dataset's episodes into fit and held-out sets, runs the chosen
-method on the fit episodes and writes a result JSON that ``gym.make(id, physics="result.json")``
-and ``embodied-gym replay --physics`` read directly: values, bounds, frozen set, method, the
-dataset (path and content hash), held-out errors before and after (open-loop replay), wall time
-per stage, per-parameter uncertainty where the method gives one, the parameters the data does not
-constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
-beside it. PhysAligner's stages are checkpointed in ``<out>.work/`` (the stage-1 cache, written in
-chunks of θ samples while stage 1 runs, and the surrogate), so a killed run resumes from the finished
-stage, and inside stage 1 from the finished chunks.
+:func:`calibrate` splits the dataset's episodes into fit and held-out sets (or takes the held-out
+episodes from a ``test_dataset``), and then, for every method alike:
 
-Methods: ``physaligner`` (the paper's three stages), ``sysid`` (``mujoco.sysid``'s Gauss-Newton),
-``cmaes`` and ``sa`` (SimplerEnv's simulated annealing). ``RECOMMENDED`` is the method the
-calibration benchmark (``benchmarks/calibration.py``) found best on the stand-in robot.
+1. profiles the actuation delay (``latency_steps``, whole control steps) over a few candidates by
+   the real one-step loss at the starting physics (:func:`profile_latency`);
+2. runs the chosen method on the fit episodes at that delay, within ``budget_s``;
+3. records the neighbouring delays' one-step loss at the method's result (a diagnostic);
+4. the acceptance guard: replays the held-out episodes (which no method saw) under the starting
+   physics and under the method's result, and keeps whichever replays better, so the result is
+   never worse than the start there. The result JSON (``acceptance``) and the CLI say plainly when
+   calibration found nothing better.
+
+It writes a result JSON that ``gym.make(id, physics="result.json")`` and ``embodied-gym replay
+--physics`` read directly: values (a ``PhysicsParams``, delay and backlash included), bounds,
+frozen set, method, the dataset (path and content hash), held-out errors before and after
+(open-loop replay), the method's own result before the guard, the delay profile, wall time per
+stage, per-parameter uncertainty where the method gives one, the parameters the data does not
+constrain, and the package version. A report (Markdown + PNG plots, :mod:`.report`) is written
+beside it. PhysAligner's trust-region loop is checkpointed in ``<out>.work/`` after every
+iteration, so a killed run resumes there.
+
+Methods: ``physaligner`` (the paper's three stages, arXiv 2507.05198 Sec. 3.2, as trust-region
+iterations checked by the real simulator: :func:`.refine.trust_region`), ``sysid``
+(``mujoco.sysid``'s Gauss-Newton), ``cmaes`` and ``sa`` (SimplerEnv's simulated annealing).
+``RECOMMENDED`` is the method the calibration benchmark (``benchmarks/calibration.py``) found best
+on the two stand-in worlds.
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import dataset_hash
 
 METHODS = ("physaligner", "sysid", "cmaes", "sa")
-RECOMMENDED = "sysid"
+RECOMMENDED = "physaligner"
 
 # A parameter counts as unconstrained by the data when moving it by 10 % of its (normalised) box
 # raises the fit loss by less than 1 % (second-order estimate from the loss curvature).
@@ -46,16 +59,29 @@ class CalibrationConfig:
 
     method: str = setting(RECOMMENDED, choices=METHODS,
                           help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
-    held_out: float = setting(0.2, help="fraction of episodes kept out of the fit to judge it")
-    samples: int = setting(64, help="physaligner stage 1: θ samples")
-    surrogate_epochs: int = setting(30, aliases=("--epochs",), help="physaligner stage 2: surrogate epochs")
-    restarts: int = setting(4, help="physaligner stage 3: restarts")
-    refine_steps: int = setting(400, help="physaligner stage 3: Adam steps per restart")
+    held_out: float = setting(0.3, help="fraction of episodes kept out of the fit: the acceptance guard and the "
+                                        "evaluation")
+    test_dataset: str | None = setting(None, help="judge the result on this dataset's episodes instead (then all of "
+                                                  "--dataset is fitted)")
+    latency_candidates: tuple[int, ...] = setting((0, 1, 2, 3), flag="--latency",
+                                                  help="actuation delays profiled (control steps); none keeps the "
+                                                       "base physics' delay")
+    samples: int = setting(64, help="classic stage 1 (simulate_transitions): θ samples")
+    surrogate_epochs: int = setting(40, aliases=("--epochs",), help="physaligner stage 2: epochs per trust-region "
+                                                                    "iteration")
+    restarts: int = setting(4, help="classic refine() only (unused by the trust-region PhysAligner)")
+    refine_steps: int = setting(150, help="physaligner stage 3: Adam steps per trust-region iteration")
+    tr_radius: float = setting(0.2, help="physaligner: initial trust-region half-width (normalised; about ±30 % "
+                                         "of a 0.5x-2x box)")
+    tr_transitions: int = setting(1200, help="physaligner: recorded transitions simulated per iteration")
+    tr_samples: int = setting(2, help="physaligner: dense θ per transition and iteration")
+    tr_iterations: int = setting(40, help="physaligner: at most this many trust-region iterations")
     sa_steps: int = setting(2000, help="sa: annealing steps (SimplerEnv: 2000)")
     cmaes_evaluations: int = setting(2000, help="cmaes: objective evaluations")
     sysid_iterations: int = setting(20, help="sysid: Gauss-Newton iterations")
-    horizon: int = setting(1, help="physaligner stage 3: surrogate unroll length (1 = the paper's one-step loss)")
-    budget_s: float | None = setting(None, flag="--budget", help="wall-time budget of the search, seconds")
+    horizon: int = setting(1, help="classic refine() only (not the trust region): surrogate unroll length")
+    budget_s: float | None = setting(None, flag="--budget", help="wall-time budget of the search, seconds (every "
+                                                                  "method)")
     workers: int | None = setting(None, help="stage-1 processes (default: all CPUs)")
     # Small tensors gain nothing from more threads, and oversubscribed cores (other jobs, stage-1
     # workers) slow multi-threaded torch down by an order of magnitude.
@@ -90,73 +116,29 @@ def split_episodes(episodes: list[Episode], held_out: float, seed: int) -> tuple
 
 
 def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -> MethodOutput:
-    import torch
-
-    from embodied_gym.physaligner.objective import ReplayObjective
+    """PhysAligner's three stages as trust-region iterations (:func:`.refine.trust_region`), each step
+    checked by open-loop replay of the fit episodes in the real simulator."""
     from embodied_gym.physaligner.fk import ArmFK
-    from embodied_gym.physaligner.refine import RefineConfig, refine, trajectory_loss
-    from embodied_gym.physaligner.surrogate import Surrogate, SurrogateTrainConfig, train_surrogate
-    from embodied_gym.physaligner.transitions import OneStepSimulator, episode_transitions, simulate_transitions
+    from embodied_gym.physaligner.objective import ReplayObjective
+    from embodied_gym.physaligner.refine import TrustRegionConfig, trust_region
+    from embodied_gym.physaligner.transitions import OneStepSimulator
 
-    times = {}
-    t = time.perf_counter()
-    transitions = simulate_transitions(fit, task, space, cfg.samples, seed=cfg.seed, workers=cfg.workers,
-                                       cache_dir=work, progress=progress, backend=cfg.backend,
-                                       ray_address=cfg.ray_address)
-    times["stage1_dataset_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    key = f"surrogate-{space.fingerprint()}-{dataset_hash(fit)[:12]}-{cfg.samples}-{cfg.surrogate_epochs}-{cfg.seed}"
-    if (work / key / "surrogate.json").exists():
-        surrogate = Surrogate.from_pretrained(work / key)
-        log = json.loads((work / key / "log.json").read_text())
-    else:
-        surrogate, log = train_surrogate(transitions, train=SurrogateTrainConfig(epochs=cfg.surrogate_epochs,
-                                                                                 seed=cfg.seed), progress=progress)
-        tmp = work / f"{key}.tmp"
-        surrogate.save_pretrained(tmp)
-        (tmp / "log.json").write_text(json.dumps(log))
-        os.replace(tmp, work / key)  # the folder appears whole or not at all
-    times["stage2_surrogate_s"] = time.perf_counter() - t
     t = time.perf_counter()
     sim = OneStepSimulator(task, space)
     fk = ArmFK(sim.model, sim.idx)
-    rcfg = RefineConfig(restarts=cfg.restarts, steps=cfg.refine_steps, horizon=cfg.horizon, seed=cfg.seed)
-    s, a, s_next, episode = episode_transitions(fit)
-    result = refine(surrogate, fk, space, s, a, s_next, rcfg, progress=progress, episode=episode)
-    times["stage3_refine_s"] = time.perf_counter() - t
-
-    # The surrogate's loss is not the goal: pick among the restarts (and the starting physics) by open-loop
-    # replay of the fit episodes in the real simulator, so a surrogate that misleads cannot make the
-    # calibration worse than where it started on the data it was given.
-    t = time.perf_counter()
     objective = ReplayObjective(fit, task, space)
-    candidates = [("start", np.asarray(start))] + [(f"restart {k}", np.asarray(r["theta"]))
-                                                   for k, r in enumerate(result.restarts)]
-    scores = [(objective(theta), name, theta) for name, theta in candidates]
+    tr_cfg = TrustRegionConfig(radius=cfg.tr_radius, transitions=cfg.tr_transitions,
+                               samples_per_transition=cfg.tr_samples, epochs=cfg.surrogate_epochs,
+                               steps=cfg.refine_steps, iterations=cfg.tr_iterations, seed=cfg.seed)
+    key = f"trust-region-{space.fingerprint()}-{dataset_hash(fit)[:12]}-{_digest(asdict(tr_cfg))}"
+    out = trust_region(sim, fk, space, fit, objective, start, tr_cfg, budget_s=cfg.budget_s,
+                       checkpoint=work / f"{key}.json", progress=progress)
     objective.close()
-    fit_loss, chosen, theta = min(scores, key=lambda x: x[0])
-    times["selection_s"] = time.perf_counter() - t
-    # θ is only known at the end of stage 3: before that the best guess is the start.
-    snapshots = [(0.0, list(start)), (sum(times.values()), theta.tolist())]
-
-    # Uncertainty: spread of the restarts that reached (nearly) the best loss; curvature of the
-    # surrogate loss at the solution tells which parameters the data pins down.
-    good = [r for r in result.restarts if r["val_loss"] <= 1.1 * result.val_loss]
-    std_u = np.std([r["theta"] for r in good], axis=0) if len(good) > 1 else None
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
-    sub = np.random.default_rng(cfg.seed).permutation(len(s))[:4096]
-    S, A, T = as_t(s[sub]), as_t(a[sub]), as_t(s_next[sub]).to(torch.float64)
-
-    def loss_fn(theta):
-        pred = surrogate(theta.to(torch.float32).expand(len(S), -1), S, A).to(torch.float64)
-        return trajectory_loss(pred, T, fk, rcfg)
-
-    theta_t = torch.as_tensor(theta, dtype=torch.float64)
-    hessian = torch.autograd.functional.hessian(loss_fn, theta_t).detach().numpy()
-    loss = float(loss_fn(theta_t))
-    return MethodOutput(theta, times, snapshots=snapshots, std_u=std_u, curvature=np.diag(hessian), loss=loss,
-                        logs={"surrogate": log, "refine_curves": [r["curve"] for r in result.restarts],
-                              "selection": {name: sc for sc, name, _ in scores}, "chosen": chosen})
+    accepted = sum(it["accepted"] for it in out["iterations"])
+    return MethodOutput(out["theta"], {"trust_region_s": time.perf_counter() - t}, history=out["history"],
+                        snapshots=_thin(out["snapshots"]), curvature=out["curvature"], loss=out["surrogate_loss"],
+                        logs={"iterations": out["iterations"], "accepted_steps": accepted,
+                              "evaluations": len(out["history"])})
 
 
 def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:
@@ -205,22 +187,78 @@ def unconstrained(names: list[str], curvature: np.ndarray | None, loss: float | 
     return [n for n, r in zip(names, rise) if r < _PROBE_RISE * max(loss, 1e-12)]
 
 
+def _digest(obj) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def with_latency(space: ParameterSpace, latency_steps: int) -> ParameterSpace:
+    from dataclasses import replace
+
+    return space.with_base(replace(space.base, latency_steps=int(latency_steps)))
+
+
+def profile_latency(episodes, task: str, space: ParameterSpace, theta: np.ndarray,
+                    candidates) -> tuple[int, dict[int, float]]:
+    """The actuation delay (control steps) among ``candidates`` whose *one-step* loss in the real
+    simulator (:func:`.refine.one_step_loss`) at θ is lowest, and every candidate's loss. A whole-step
+    delay is not a box dimension, so every method profiles it this way before its continuous search.
+    One-step transitions start from recorded states, so wrong gains do not drift the comparison the
+    way they drift an open-loop replay (where, at nominal physics, a wrong delay can replay better)."""
+    from embodied_gym.physaligner.fk import ArmFK
+    from embodied_gym.physaligner.refine import one_step_loss
+    from embodied_gym.physaligner.transitions import OneStepSimulator
+
+    sim = OneStepSimulator(task, space)
+    fk = ArmFK(sim.model, sim.idx)
+    values = space.denormalise(theta)
+    scores = {int(L): one_step_loss(sim, fk, episodes, theta, physics=with_latency(space, L).to_physics(values))
+              for L in candidates}
+    return min(scores, key=scores.get), scores
+
+
 def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, space: ParameterSpace | None = None,
               config: CalibrationConfig | None = None, progress: bool = True, report: bool = True) -> dict:
+    """Calibrate (see module docstring); returns the result JSON's content.
+
+    Safe by default: the delay is profiled, the method runs on the fit episodes, and the result is the
+    best of {the starting physics, the method's result} by open-loop replay of the held-out episodes
+    (or ``config.test_dataset``), which the method never saw, so it is never worse than the start
+    there. ``space`` None: :func:`~embodied_gym.physaligner.space.default_free` of the fit episodes.
+    """
     import embodied_gym
-    from embodied_gym.physaligner.objective import ReplayObjective
+    from embodied_gym.physaligner.objective import ReplayObjective, score
+    from embodied_gym.physaligner.space import default_free, parameter_names
 
     cfg = config or CalibrationConfig()
     if cfg.method not in METHODS:
         raise ValueError(f"unknown method {cfg.method!r}; valid: {list(METHODS)}")
-    space = space or ParameterSpace()
     out = Path(out)
     work = out.with_name(out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
     episodes = load_episodes(dataset)
-    fit, held = split_episodes(episodes, cfg.held_out, cfg.seed)
+    if cfg.test_dataset:
+        fit, held = episodes, load_episodes(cfg.test_dataset)
+    else:
+        fit, held = split_episodes(episodes, cfg.held_out, cfg.seed)
+    if space is None:
+        free = default_free(fit)
+        if not free:
+            raise ValueError(f"no arm joint moves by {0.05} rad or more in the fit episodes of {dataset}; "
+                             f"nothing to calibrate from (pass a space with the parameters to fit)")
+        space = ParameterSpace(frozen=[n for n in parameter_names() if n not in free])
+    start_space = space
     start = space.normalise(space.values_of(space.base))
+    start_physics = space.base
 
+    times = {}
+    latency_scores = None
+    if cfg.latency_candidates:
+        t = time.perf_counter()
+        latency, latency_scores = profile_latency(fit, task, space, start, cfg.latency_candidates)
+        space = with_latency(space, latency)
+        times["latency_profile_s"] = time.perf_counter() - t
     if cfg.method == "physaligner":
         import torch
 
@@ -232,35 +270,64 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
             torch.set_num_threads(threads)
     else:
         res = _run_search(fit, task, space, start, cfg, progress)
-    t_total = sum(res.times.values())
+    times.update(res.times)
+    method_values = space.denormalise(res.theta)
+    if cfg.latency_candidates and len(cfg.latency_candidates) > 1:
+        # For the record only: the neighbouring delays' one-step loss at the method's result. The result is
+        # not switched to another delay without a refit: a result fitted by open-loop replay compensates its
+        # delay with its gains, and there the one-step loss can prefer the wrong delay.
+        t = time.perf_counter()
+        L = space.base.latency_steps
+        near = [c for c in cfg.latency_candidates if abs(c - L) <= 1]
+        latency_scores = {"at_start": latency_scores, "at_result": profile_latency(fit, task, space, res.theta, near)[1]}
+        times["latency_check_s"] = time.perf_counter() - t
+    t_total = sum(times.values())
+    method_physics = space.to_physics(method_values)
 
+    # The acceptance guard: judged by the real simulator on episodes the method did not fit.
     t = time.perf_counter()
-    evaluate = ReplayObjective(held, task, space)
-    before, after = evaluate.errors(start), evaluate.errors(res.theta)
+    evaluate = ReplayObjective(held, task, start_space)
+    before = evaluate.errors_of(start_physics)
+    found = evaluate.errors_of(method_physics)
     evaluate.close()
+    improved = score(found) < score(before)
+    physics, after = (method_physics, found) if improved else (start_physics, before)
+    values = method_values if improved else start_space.values_of(start_physics)
     evaluation_s = time.perf_counter() - t
-    values = space.denormalise(res.theta)
-    physics = space.to_physics(values)
+    n_held = len(held)
+    message = (f"calibration improved the held-out open-loop replay error on {n_held} episode(s) the method did "
+               f"not fit: {score(before):.5f} -> {score(found):.5f} (TCP translation m + rotation rad)") if improved \
+        else (f"calibration found nothing better than the starting physics: on {n_held} held-out episode(s) the "
+              f"method's result scored {score(found):.5f} vs {score(before):.5f} at the start (TCP translation m + "
+              f"rotation rad), so the result keeps the starting physics")
     std = None
-    if res.std_u is not None:  # normalised spread -> physical units through the local slope of the scaling
+    if res.std_u is not None and improved:  # normalised spread -> physical units through the local slope of the scaling
         slope = (space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1)))
         step = np.clip(res.theta + 1e-4, 0, 1) - np.clip(res.theta - 1e-4, 0, 1)
         std = dict(zip(space.names, (np.abs(slope / step) * res.std_u).tolist()))
     result_json = {
         "values": physics.to_dict(),
-        "calibrated": dict(zip(space.names, values.tolist())),
-        "nominal": dict(zip(space.names, space.values_of(space.base).tolist())),
+        "calibrated": dict(zip(space.names, np.asarray(values).tolist())),
+        "nominal": dict(zip(space.names, start_space.values_of(start_physics).tolist())),
+        "latency_steps": {"calibrated": physics.latency_steps, "start": start_physics.latency_steps,
+                          "method_result": method_physics.latency_steps,
+                          "profile": latency_scores, "candidates": list(cfg.latency_candidates)},
+        "acceptance": {"improved": bool(improved), "message": message, "held_out_episodes": n_held,
+                       "score_start": score(before), "score_method_result": score(found),
+                       "judged_on": "test_dataset" if cfg.test_dataset else "held-out share of the dataset"},
+        "method_result": {"values": method_physics.to_dict(), "held_out_errors": found},
         "bounds": {p.name: [p.low, p.high] for p in space.params},
         "frozen": list(space.frozen),
         "method": cfg.method,
         "task": task,
         "config": asdict(cfg),
         "dataset": {"path": str(Path(dataset).resolve()), "sha256": dataset_hash(episodes),
-                    "fit_episodes": [e.index for e in fit], "held_out_episodes": [e.index for e in held]},
+                    "fit_episodes": [e.index for e in fit], "held_out_episodes": [e.index for e in held],
+                    **({"test_dataset": str(Path(cfg.test_dataset).resolve())} if cfg.test_dataset else {})},
         "held_out_errors": {"before": before, "after": after},
-        "wall_time_s": dict(res.times, total=t_total, held_out_evaluation=evaluation_s),
+        "wall_time_s": dict(times, total=t_total, held_out_evaluation=evaluation_s),
         "uncertainty": std,
-        "uncertainty_kind": {"physaligner": "std over restarts that reached the best loss",
+        "uncertainty_kind": {"physaligner": None,
                              "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
                              "cmaes": "CMA-ES final standard deviations", "sa": None}[cfg.method],
         "unconstrained": unconstrained(space.names, res.curvature, res.loss),

@@ -18,6 +18,16 @@ from embodied_gym.metrics import quat_to_mat
 from embodied_gym.physaligner.space import ParameterSpace
 
 
+def _mean_errors(replays) -> dict[str, float]:
+    rows = [r.summary() for r in replays]
+    return {k: float(np.mean([r[k] for r in rows])) for k in ("translation_error_m", "rotation_error_rad", "joint_rmse_rad")}
+
+
+def score(errors: dict[str, float]) -> float:
+    """The objective's value from :meth:`ReplayObjective.errors`: translation (m) + rotation (rad)."""
+    return errors["translation_error_m"] + errors["rotation_error_rad"]
+
+
 class ReplayObjective:
     """``objective(theta_normalised) -> mean translation + rotation error`` over ``episodes``."""
 
@@ -30,14 +40,18 @@ class ReplayObjective:
         self.evaluations = 0
 
     def replays(self, theta_u: np.ndarray):
-        physics = self.space.to_physics(self.space.denormalise(theta_u))
+        return self.replays_of(self.space.to_physics(self.space.denormalise(theta_u)))
+
+    def replays_of(self, physics):
+        """Replays under a whole :class:`PhysicsParams` (its latency and backlash included)."""
         self.evaluations += 1
         return [replay_episode(ep, self.task, physics=physics, env=self.env) for ep in self.episodes]
 
+    def errors_of(self, physics) -> dict[str, float]:
+        return _mean_errors(self.replays_of(physics))
+
     def errors(self, theta_u: np.ndarray) -> dict[str, float]:
-        rows = [r.summary() for r in self.replays(theta_u)]
-        return {k: float(np.mean([r[k] for r in rows]))
-                for k in ("translation_error_m", "rotation_error_rad", "joint_rmse_rad")}
+        return _mean_errors(self.replays(theta_u))
 
     def __call__(self, theta_u: np.ndarray) -> float:
         e = self.errors(theta_u)

@@ -72,14 +72,16 @@ def plot_losses(result: dict, path: Path) -> None:
     logs = result.get("logs", {})
     if result["method"] == "physaligner":
         fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-        sur = logs.get("surrogate", {})
-        a.semilogy(sur.get("train_mse", []), label="train")
-        a.semilogy(sur.get("val_mse", []), label="validation")
-        a.set(title="stage 2: surrogate MSE (standardised)", xlabel="epoch")
-        a.legend()
-        for k, curve in enumerate(logs.get("refine_curves", [])):
-            b.semilogy(curve, label=f"restart {k}")
-        b.set(title="stage 3: refinement loss (held-out transitions)", xlabel="Adam step")
+        its = logs.get("iterations", [])
+        k = [it["iteration"] for it in its]
+        a.semilogy(k, [it["surrogate_val_mse"] for it in its], "o-")
+        a.set(title="stage 2: surrogate validation MSE (standardised)", xlabel="trust-region iteration")
+        b.plot(k, [it["real_loss_centre"] for it in its], "k-", label="real loss at the centre")
+        for acc, colour, label in ((True, "tab:green", "step accepted"), (False, "tab:red", "step rejected")):
+            pts = [(it["iteration"], it["real_loss_step"]) for it in its if it["accepted"] == acc]
+            if pts:
+                b.plot(*zip(*pts), "o", color=colour, label=label)
+        b.set(title="real loss (open-loop replay, fit episodes)", xlabel="trust-region iteration")
         b.legend(fontsize=7)
     else:
         fig, b = plt.subplots(figsize=(6, 3.6))
@@ -149,11 +151,10 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         f"| nominal | {b['translation_error_m'] * 100:.3f} | {b['rotation_error_rad']:.4f} | {b['joint_rmse_rad']:.4f} |",
         f"| calibrated | {a['translation_error_m'] * 100:.3f} | {a['rotation_error_rad']:.4f} | {a['joint_rmse_rad']:.4f} |",
         "",
-        *([f"PhysAligner's pick by open-loop replay of the fit episodes: **{result['logs']['chosen']}** "
-           f"(fit loss per candidate: " + ", ".join(f"{k} {v:.4f}" for k, v in result['logs']['selection'].items())
-           + ")" + (". No restart beat the starting physics on the fit episodes, so the result keeps it."
-                    if result['logs']['chosen'] == "start" else "."), ""]
-          if result.get("logs", {}).get("chosen") else []),
+        *([f"**{result['acceptance']['message']}**.", ""] if result.get("acceptance") else []),
+        *([f"Actuation delay: {result['latency_steps']['calibrated']} control step(s) "
+           f"(start {result['latency_steps']['start']}; profiled over {result['latency_steps']['candidates']}).", ""]
+          if result.get("latency_steps") else []),
         "## Wall time",
         "",
         "| stage | seconds |",

@@ -1,10 +1,16 @@
 """The calibration parameter space: named scalars with box bounds, normalised to [0, 1].
 
 Names are ``<field>.<joint>`` for the per-joint fields of
-:class:`~embodied_gym.sim.physics.PhysicsParams` (``kp.left_waist``, ``damping.right_elbow``, …)
-and the field name for scalars (``gripper_kp``, ``object_friction``, ``pad_friction``). Inside the
-optimisers every free parameter lives on [0, 1]: linearly, or logarithmically where its range spans
-an order of magnitude or more. Frozen parameters keep the base value.
+:class:`~embodied_gym.sim.physics.PhysicsParams` (``kp.left_waist``, ``damping.right_elbow``,
+``backlash.right_wrist_rotate``, …) and the field name for scalars (``gripper_kp``,
+``object_friction``, ``pad_friction``, ``object_mass_scale``): 64 continuous parameters in all.
+Inside the optimisers every free parameter lives on [0, 1]: linearly, or logarithmically where its
+box spans a factor of 4 or more (the default 0.5x-2x boxes, so the nominal value sits in the middle).
+Frozen parameters keep the base value.
+
+The actuation delay (``latency_steps``) is a whole number of control steps, so it is not a box
+dimension: it is part of the base physics (:meth:`ParameterSpace.with_base`), and calibration
+profiles it over a few values (:func:`embodied_gym.physaligner.calibrate.calibrate`).
 """
 
 from __future__ import annotations
@@ -19,9 +25,15 @@ import numpy as np
 
 from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 
-PER_JOINT_FIELDS = ("kp", "damping", "frictionloss", "armature")
-SCALAR_FIELDS = ("gripper_kp", "object_friction", "pad_friction")
-_LOG_RATIO = 10.0  # ranges with high/low >= this are searched on a log scale
+PER_JOINT_FIELDS = ("kp", "damping", "frictionloss", "armature", "backlash")
+SCALAR_FIELDS = ("gripper_kp", "object_friction", "pad_friction", "object_mass_scale")
+_LOG_RATIO = 4.0  # ranges with high/low >= this are searched on a log scale
+#: Default free set: these fields of every arm joint the recording moves (see default_free).
+DEFAULT_FREE_FIELDS = ("kp", "damping", "frictionloss", "backlash")
+#: A joint counts as moved when its recorded position spans at least this much (rad).
+MOVED_JOINT_RANGE = 0.05
+#: Default backlash box (rad): up to 1.7 degrees of play.
+BACKLASH_BOX = (0.0, 0.03)
 
 
 @dataclass(frozen=True)
@@ -36,16 +48,18 @@ class Parameter:
 
 
 def _default_bounds(name: str, nominal: float) -> tuple[float, float]:
+    """0.5x-2x the nominal value (real arms of one model differ by tens of percent, not by orders of
+    magnitude); parameters whose nominal value is 0 get an absolute box instead."""
     field = name.split(".")[0]
-    if field in ("kp", "damping"):
-        return nominal * 0.25, nominal * 4.0
+    if field == "backlash":
+        return BACKLASH_BOX
+    if nominal > 0:
+        return nominal * 0.5, nominal * 2.0
     if field == "frictionloss":
-        return 0.0, max(5.0, 3 * nominal)
+        return 0.0, 1.0  # N·m
     if field == "armature":
-        return 0.0, max(1.0, 3 * nominal)
-    if field == "gripper_kp":
-        return nominal * 0.25, nominal * 4.0
-    return 0.2, 2.0  # friction coefficients
+        return 0.0, 0.1  # kg·m²
+    return 0.0, 1.0
 
 
 def parameter_names() -> list[str]:
@@ -56,6 +70,18 @@ def get_value(params: PhysicsParams, name: str) -> float:
     field, _, joint = name.partition(".")
     v = getattr(params, field)
     return float(v[ARM_JOINT_NAMES.index(joint)]) if joint else float(v)
+
+
+def default_free(episodes, threshold: float = MOVED_JOINT_RANGE) -> list[str]:
+    """The default free set for recordings ``episodes``: :data:`DEFAULT_FREE_FIELDS` of every arm
+    joint whose recorded position spans at least ``threshold`` rad. A joint the data never moves
+    cannot tell its gain from its damping, so fitting it only adds noise (and search cost)."""
+    states = np.concatenate([np.asarray(e.state) for e in episodes])
+    from embodied_gym.sim import robot as layout
+
+    span = np.ptp(states[:, layout.ARM_INDICES], axis=0)
+    moved = [j for j, s_ in zip(ARM_JOINT_NAMES, span) if s_ >= threshold]
+    return [f"{f}.{j}" for f in DEFAULT_FREE_FIELDS for j in moved]
 
 
 class ParameterSpace:
@@ -90,7 +116,7 @@ class ParameterSpace:
 
     @classmethod
     def with_free(cls, free: Iterable[str] | None, base: PhysicsParams | None = None) -> "ParameterSpace":
-        """The space where only ``free`` (parameter names) are calibrated; all of them when None.
+        """The space where only ``free`` (parameter names) are calibrated; all of them when None or ``["all"]``.
 
         Raises:
             ValueError: a name that is no parameter (the message lists the valid form).
@@ -98,11 +124,20 @@ class ParameterSpace:
         if free is None:
             return cls(base=base)
         free = list(free)
+        if free == ["all"]:
+            return cls(base=base)
         unknown = [n for n in free if n not in parameter_names()]
         if unknown:
             raise ValueError(f"unknown parameter(s) {unknown}; names look like kp.left_waist, damping.right_elbow, "
                              f"gripper_kp (all: {parameter_names()})")
         return cls(base=base, frozen=[n for n in parameter_names() if n not in free])
+
+    def with_base(self, base: PhysicsParams) -> "ParameterSpace":
+        """The same free parameters, boxes and frozen set around another base (e.g. another delay)."""
+        bounds = {p.name: (p.low, p.high) for p in self.params}
+        for n in self.frozen:  # frozen parameters keep their own default box, around the new base
+            bounds.pop(n, None)
+        return ParameterSpace(base, bounds, self.frozen)
 
     @property
     def names(self) -> list[str]:

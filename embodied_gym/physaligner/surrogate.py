@@ -100,8 +100,6 @@ def train_surrogate(t: Transitions, config: SurrogateConfig | None = None,
                     train: SurrogateTrainConfig | None = None, progress: bool = True) -> tuple[Surrogate, dict]:
     """Fit a surrogate on stage-1 transitions; returns it and a log with train/validation MSE
     (standardised units) per epoch. Validation holds out whole transitions (all θ of them)."""
-    from tqdm import tqdm
-
     train = train or SurrogateTrainConfig()
     config = config or SurrogateConfig(theta_dim=t.theta.shape[1])
     torch.manual_seed(train.seed)
@@ -115,13 +113,47 @@ def train_surrogate(t: Transitions, config: SurrogateConfig | None = None,
         return [torch.as_tensor(x, dtype=torch.float32) for x in _flatten(sub)]
 
     tr, va = rows(~held), rows(held)
-    model = Surrogate(config)
+    return _fit(Surrogate(config), tr, va, train, progress)
+
+
+def train_on_rows(theta: np.ndarray, state: np.ndarray, action: np.ndarray, next_state: np.ndarray,
+                  config: SurrogateConfig | None = None, train: SurrogateTrainConfig | None = None,
+                  progress: bool = False, groups: np.ndarray | None = None) -> tuple[Surrogate, dict]:
+    """Fit a surrogate on rows of (θ, s, a, s_next), one θ per row (dense stage 1). Validation holds
+    out whole ``groups`` (default: rows) so it measures error on transitions it never saw."""
+    train = train or SurrogateTrainConfig()
+    config = config or SurrogateConfig(theta_dim=theta.shape[1], state_dim=state.shape[1], action_dim=action.shape[1])
+    torch.manual_seed(train.seed)
+    rng = np.random.default_rng(train.seed)
+    groups = np.arange(len(theta)) if groups is None else np.asarray(groups)
+    names = np.unique(groups)
+    val_names = rng.permutation(names)[: max(1, int(round(train.val_fraction * len(names))))]
+    held = np.isin(groups, val_names)
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+    tr = [as_t(x[~held]) for x in (theta, state, action, next_state)]
+    va = [as_t(x[held]) for x in (theta, state, action, next_state)]
+    # Outputs that barely vary (joints the data does not move) must not dominate the standardised loss.
+    return _fit(Surrogate(config), tr, va, train, progress, relative_floor=1e-2)
+
+
+def _fit(model: Surrogate, tr: list, va: list, train: SurrogateTrainConfig, progress: bool,
+         relative_floor: float = 0.0) -> tuple[Surrogate, dict]:
+    """Standardise, then train with AdamW and a cosine schedule. ``relative_floor``: each output's
+    scale is at least this fraction of the largest scale among the outputs of its kind (the first
+    half of the state: positions; the second: velocities)."""
+    from tqdm import tqdm
+
     x = torch.cat(tr[:3], dim=1)
     delta = tr[3] - tr[1]
     model.in_mean.copy_(x.mean(0))
     model.in_std.copy_(x.std(0).clamp_min(1e-6))
     model.out_mean.copy_(delta.mean(0))
-    model.out_std.copy_(delta.std(0).clamp_min(1e-6))
+    out_std = delta.std(0).clamp_min(1e-6)
+    if relative_floor > 0:
+        half = out_std.shape[0] // 2
+        for part in (slice(0, half), slice(half, None)):
+            out_std[part] = out_std[part].clamp_min(relative_floor * float(out_std[part].max()))
+    model.out_std.copy_(out_std)
     opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, train.epochs))
     log = {"train_mse": [], "val_mse": []}

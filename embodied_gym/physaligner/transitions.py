@@ -7,6 +7,11 @@ step; the result s_t is stored. s = 14 joint positions + 14 joint velocities (th
 one-step form). Task objects sit at the episode's recorded start layout: recordings hold no
 per-frame object poses, and the arm's one-step dynamics barely depend on them.
 
+Commands reach the actuators through θ's actuation delay and backlash: the target applied at
+step t depends on the episode's earlier commands, so it is computed along each episode
+(:func:`applied_actions`, the same logic the simulator core applies step by step).
+:func:`simulate_dense` is the dense variant PhysAligner's trust region uses: one θ per transition.
+
 The work runs in parallel over processes (one scene per worker, or Ray tasks) with a progress bar,
 and the result is cached as a compressed ``.npz`` keyed by the inputs' hash, so a rerun or a resumed
 calibration skips it. While it runs, every finished block of θ samples (a chunk) is written
@@ -73,6 +78,44 @@ def episode_transitions(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray
     return np.concatenate(s), np.concatenate(a), np.concatenate(s_next), np.concatenate(ep)
 
 
+def episode_starts(episode: np.ndarray) -> np.ndarray:
+    """Row index where each transition's episode begins (rows in episode order)."""
+    episode = np.asarray(episode)
+    first = np.r_[True, episode[1:] != episode[:-1]]
+    return np.maximum.accumulate(np.where(first, np.arange(len(episode)), 0))
+
+
+def applied_actions(state: np.ndarray, action: np.ndarray, episode: np.ndarray, latency_steps: int,
+                    backlash: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """The targets the actuators track at each transition, through the actuator effects.
+
+    ``state``/``action``/``episode``: transitions in episode order (:func:`episode_transitions`);
+    each episode starts holding its first recorded joint state, as open-loop replay does. The
+    applied target of transition t depends on the episode's earlier commands (backlash band, delay),
+    so it is computed along the whole episode with :func:`~embodied_gym.sim.core.applied_targets`,
+    the logic the simulator core applies step by step. ``backlash``: (14,) for all rows, or one
+    (14,) row per entry of ``rows`` (the transitions wanted; default all). Returns (len(rows), 14).
+    """
+    from embodied_gym.sim.core import applied_targets
+
+    rows = np.arange(len(action)) if rows is None else np.asarray(rows)
+    backlash = np.asarray(backlash, dtype=np.float64)
+    per_row = backlash.ndim == 2
+    if latency_steps == 0 and not backlash.any():
+        return np.asarray(action, dtype=np.float64)[rows].copy()
+    starts = episode_starts(episode)
+    out = np.empty((len(rows), action.shape[1]))
+    row_start = starts[rows]
+    for s0 in np.unique(row_start):
+        pick = np.flatnonzero(row_start == s0)
+        end = int(rows[pick].max()) + 1
+        b = backlash[pick] if per_row else backlash
+        applied = applied_targets(action[s0:end], state[s0, :action.shape[1]], latency_steps, b)
+        t = rows[pick] - s0
+        out[pick] = applied[t, np.arange(len(pick))] if per_row else applied[t]
+    return out
+
+
 class OneStepSimulator:
     """The task's simulator core, put in a recorded state and stepped one control step, fast.
 
@@ -88,6 +131,17 @@ class OneStepSimulator:
     def set_theta(self, theta_u: np.ndarray) -> None:
         self.core.set_physics(self.space.to_physics(self.space.denormalise(theta_u)))
 
+    def physics_of(self, theta_u: np.ndarray):
+        return self.space.to_physics(self.space.denormalise(theta_u))
+
+    def applied(self, theta_u: np.ndarray, state: np.ndarray, action: np.ndarray, episode: np.ndarray) -> np.ndarray:
+        """The recorded commands ``action`` through θ's latency and backlash (:func:`applied_actions`):
+        what :meth:`step` must be given so a one-step transition matches open-loop replay."""
+        from embodied_gym.sim.core import effects_from_physics
+
+        eff = effects_from_physics(self.physics_of(theta_u))
+        return applied_actions(state, action, episode, eff.latency_steps, eff.backlash)
+
     def place(self, layout_poses: dict) -> None:
         mujoco.mj_resetData(self.model, self.data)
         if layout_poses:
@@ -95,7 +149,8 @@ class OneStepSimulator:
         self._object_qpos = self.data.qpos.copy()
 
     def step(self, s: np.ndarray, a: np.ndarray) -> np.ndarray:
-        """Next state (28) from state ``s`` (28) under joint targets ``a`` (14)."""
+        """Next state (28) from state ``s`` (28) with the actuators tracking joint targets ``a`` (14)
+        (already through the actuator effects: :meth:`applied`)."""
         d, core = self.data, self.core
         d.qpos[:] = self._object_qpos
         d.qvel[:] = 0.0
@@ -125,6 +180,7 @@ def _simulate_theta(args):
     theta_u, state, action, episode = args
     sim = _WORKER["sim"]
     sim.set_theta(theta_u)
+    action = sim.applied(theta_u, state, action, episode)  # through θ's latency and backlash
     out = np.empty_like(state)
     current = None
     for i in range(len(state)):
@@ -187,7 +243,7 @@ def _run_on_ray(jobs, theta, data, init_args, workers: int, address: str | None,
 
 
 def _run_key(episodes, task, space, samples, seed) -> str:
-    return hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v1".encode()).hexdigest()
+    return hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v2".encode()).hexdigest()
 
 
 _CHUNK_FILE = re.compile(r"chunk-(\d+)-(\d+)\.npz")
@@ -344,3 +400,37 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)  # the cache holds it all now
     return out
+
+
+def simulate_dense(sim: OneStepSimulator, theta_u: np.ndarray, state: np.ndarray, action: np.ndarray,
+                   episode: np.ndarray, rows: np.ndarray, layouts: dict, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 1 with dense θ (one parameter vector per transition): row ``rows[i]`` of the episode-ordered
+    transitions is simulated under ``theta_u[i]``. Returns (next states (n, 28), applied targets (n, 14)).
+
+    One θ per transition covers the box with as many distinct parameter vectors as there are
+    transitions, at the cost of one simulation each; the applied targets follow each θ's own
+    latency and backlash along the episode (:func:`applied_actions`).
+    """
+    from tqdm import tqdm
+
+    from embodied_gym.sim.core import effects_from_physics
+
+    theta_u = np.atleast_2d(theta_u)
+    if len(theta_u) == 1:
+        theta_u = np.repeat(theta_u, len(rows), axis=0)
+    physics = [sim.physics_of(t) for t in theta_u]
+    effects = [effects_from_physics(p) for p in physics]
+    latencies = {e.latency_steps for e in effects}
+    if len(latencies) != 1:
+        raise ValueError("simulate_dense: every θ must share one latency_steps (profile the delay outside)")
+    applied = applied_actions(state, action, episode, latencies.pop(), np.stack([e.backlash for e in effects]), rows)
+    out = np.empty((len(rows), STATE_DIM))
+    current = None
+    for i in tqdm(range(len(rows)), desc="stage 1: dense one-step rollouts", disable=not progress, unit="step"):
+        r = int(rows[i])
+        if episode[r] != current:
+            current = episode[r]
+            sim.place(layouts.get(int(current), {}))
+        sim.core.set_physics(physics[i])
+        out[i] = sim.step(state[r], applied[i])
+    return out, applied

@@ -147,6 +147,10 @@ def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
         _check_keys("'effects'", settings["effects"], _EFFECT_KEYS)
         _check_keys("'look'", settings["look"], _LOOK_KEYS)
         _validate(settings)
+        in_physics = sorted({"latency_steps", "backlash"} & set(settings["physics"]))
+        if in_physics:  # one place for the hidden effects, with the friction the physics section cannot hold
+            raise ValueError(f"{in_physics} belong in the 'effects' section (effects.latency_steps, "
+                             f"effects.backlash), not in 'physics'")
         settings["physics"] = PhysicsParams.from_dict(settings["physics"])
     except ValueError as e:
         raise ValueError(f"stand-in config {path}: {e}") from None

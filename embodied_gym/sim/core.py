@@ -87,6 +87,44 @@ class ActuatorEffects:
         return self.latency_steps == 0 and not self.backlash.any() and self.friction is None
 
 
+def backlash_step(effective, command, backlash, xp=np):
+    """The target the actuator tracks after ``command`` passes a dead band of half-width ``backlash``
+    around the previously tracked ``effective`` target: it follows the command only by as much as the
+    command leaves the band. Works on numpy arrays (``xp=np``) and torch tensors (``xp=torch``,
+    differentiable in ``backlash``); shapes broadcast, so one call can run many backlash vectors."""
+    gap = command - effective
+    return xp.where(gap > backlash, command - backlash, xp.where(gap < -backlash, command + backlash, effective))
+
+
+def applied_targets(commands, initial, latency_steps: int, backlash, xp=np):
+    """The targets the actuators track at each control step of a command sequence.
+
+    ``commands`` (T, J): the commanded targets of steps 0..T-1; ``initial`` (J): the target held
+    before step 0 (:meth:`SimCore.hold`); ``backlash`` (J) or (B, J) for B backlash vectors at once.
+    Step t tracks the backlash-filtered command of step t - ``latency_steps`` (``initial`` before
+    the first one arrives). Returns (T, J), or (T, B, J) for batched backlash. :meth:`SimCore.command`
+    applies the same band (:func:`backlash_step`) and delay one step at a time.
+    """
+    if int(latency_steps) != latency_steps or latency_steps < 0:
+        raise ValueError(f"latency_steps must be a whole number >= 0, got {latency_steps!r}")
+    latency_steps = int(latency_steps)
+    effective = initial + 0 * backlash  # broadcast to the batch
+    filtered = []
+    for t in range(len(commands)):
+        effective = backlash_step(effective, commands[t], backlash, xp)
+        filtered.append(effective)
+    held = [effective * 0 + initial] * min(latency_steps, len(commands))
+    return xp.stack(held + filtered[: len(commands) - len(held)])
+
+
+def effects_from_physics(physics: PhysicsParams, friction: "StribeckFriction | None" = None) -> ActuatorEffects:
+    """The :class:`ActuatorEffects` of a :class:`PhysicsParams`: its ``latency_steps`` and its
+    per-arm-joint ``backlash`` (the grippers have none)."""
+    backlash = np.zeros(14)
+    backlash[layout.ARM_INDICES] = physics.backlash
+    return ActuatorEffects(latency_steps=physics.latency_steps, backlash=backlash, friction=friction)
+
+
 class SimCore:
     """One compiled task scene with the robot's joint vector, actuators and cameras.
 
@@ -94,7 +132,9 @@ class SimCore:
         task: the task (objects, start ranges, success).
         physics: the physical parameters written into the model.
         look: how the scene renders (default: the simulator's flat, fast look).
-        effects: actuator effects (default: an ideal actuator).
+        effects: actuator effects; default: those of ``physics`` (its ``latency_steps`` and
+            ``backlash``, :func:`effects_from_physics`), which then follow every :meth:`set_physics`.
+            Given explicitly (the stand-in robot's hidden effects), they stay until :meth:`set_effects`.
 
     Attributes ``model`` / ``data`` are the ``mujoco.MjModel`` / ``MjData``; ``idx`` the
     :class:`~embodied_gym.sim.scene.SceneIndex` of named joints, actuators, sites and cameras.
@@ -106,7 +146,8 @@ class SimCore:
         self.physics = physics
         self.model, self.idx, self._handles = compile_scene(task, physics, look)
         self.data = mujoco.MjData(self.model)
-        self.effects = effects or ActuatorEffects()
+        self._effects_follow_physics = effects is None
+        self.effects = effects if effects is not None else effects_from_physics(physics)
         # The hot path: with neither delay nor backlash a command goes straight to the actuators.
         self._direct_command = self.effects.latency_steps == 0 and not self.effects.backlash.any()
         idx = self.idx
@@ -125,12 +166,23 @@ class SimCore:
 
     # ------------------------------------------------------------------ physics
     def set_physics(self, physics: PhysicsParams) -> None:
-        """Write new physical parameters into the model (no recompilation)."""
+        """Write new physical parameters into the model (no recompilation), and their latency and
+        backlash into the actuator effects unless the effects were given explicitly."""
         self.physics = physics
         apply_physics(self.model, physics, self._handles)
+        if self._effects_follow_physics:
+            effects = effects_from_physics(physics, self.effects.friction)
+            if effects.latency_steps != self.effects.latency_steps or \
+                    not np.array_equal(effects.backlash, self.effects.backlash):
+                self._install_effects(effects)
 
     def set_effects(self, effects: ActuatorEffects) -> None:
-        """Swap the actuator effects; the delay line and backlash band restart at the current targets."""
+        """Swap the actuator effects; the delay line and backlash band restart at the current targets.
+        From then on :meth:`set_physics` leaves the effects alone."""
+        self._effects_follow_physics = False
+        self._install_effects(effects)
+
+    def _install_effects(self, effects: ActuatorEffects) -> None:
         self.effects = effects
         self._direct_command = effects.latency_steps == 0 and not effects.backlash.any()
         self._reset_effects(self._effective)
@@ -176,9 +228,7 @@ class SimCore:
             self.data.ctrl[self.ctrl_index] = targets[self.ctrl_source] * self.ctrl_sign
             return targets
         cmd = np.asarray(targets, dtype=np.float64)
-        gap = cmd - self._effective
-        b = self.effects.backlash
-        self._effective = np.where(gap > b, cmd - b, np.where(gap < -b, cmd + b, self._effective))
+        self._effective = backlash_step(self._effective, cmd, self.effects.backlash)
         self._pending.append(self._effective.copy())
         applied = self._pending.popleft()
         self.write_ctrl(applied)
@@ -270,4 +320,5 @@ def _instability_count(d: mujoco.MjData) -> int:
     return int(w[_BADQPOS].number + w[_BADQVEL].number + w[_BADQACC].number)
 
 
-__all__ = ["SimCore", "ActuatorEffects", "StribeckFriction", "SETTLE_SUBSTEPS"]
+__all__ = ["SimCore", "ActuatorEffects", "StribeckFriction", "SETTLE_SUBSTEPS", "applied_targets", "backlash_step",
+           "effects_from_physics"]

@@ -1,9 +1,12 @@
 """Every physical parameter that calibration may touch, as one typed object.
 
 :class:`PhysicsParams` holds per-joint position gain, damping, dry friction and armature for the
-12 arm joints, the gripper's gain, the sliding friction of task objects and gripper pads, and a
-mass scale for task objects. :func:`apply_physics` writes it into a compiled ``mujoco.MjModel``
-in place, so a calibrator can try thousands of parameter sets without recompiling the scene.
+12 arm joints, the gripper's gain, the sliding friction of task objects and gripper pads, a
+mass scale for task objects, and two actuator effects real arms have: an actuation delay in whole
+control steps (``latency_steps``) and a per-joint backlash dead band on the commanded target
+(``backlash``); both default to zero, an ideal actuator. :func:`apply_physics` writes it into a
+compiled ``mujoco.MjModel`` in place, so a calibrator can try thousands of parameter sets without
+recompiling the scene.
 
 Nominal values are MuJoCo Menagerie's system-identified ALOHA figures (``aloha/aloha.xml``):
 gains 43 / 265 / 227 / 78 / 37 / 10.4, damping 5.76 / 20 / 18.49 / 6.78 / 6.28 / 1.2, armature and
@@ -39,6 +42,7 @@ _PER_JOINT_RANGES = {
     "damping": (0.0, 1e4),
     "frictionloss": (0.0, 1e3),
     "armature": (0.0, 100.0),
+    "backlash": (0.0, 0.5),
 }
 _SCALAR_RANGES = {
     "gripper_kp": (1e-3, 1e6),
@@ -46,6 +50,9 @@ _SCALAR_RANGES = {
     "pad_friction": (1e-3, 10.0),
     "object_mass_scale": (1e-3, 100.0),
 }
+
+
+_MAX_LATENCY = 50  # 1 s of actuation delay
 
 
 def _both_arms(values: tuple[float, ...]) -> tuple[float, ...]:
@@ -101,6 +108,12 @@ class PhysicsParams:
     """Sliding friction coefficient of the gripper finger pads."""
     object_mass_scale: float = 1.0
     """Multiplies every task object's nominal mass (and inertia)."""
+    latency_steps: int = 0
+    """Actuation delay in whole 20 ms control steps: the actuators track the target commanded this
+    many steps ago (USB round trips and servo firmware on real ALOHA arms)."""
+    backlash: tuple[float, ...] = field(default_factory=lambda: (0.0,) * 12)
+    """Dead-band half-width on each arm joint's commanded target (rad): the tracked target follows
+    the command only once it leaves the band around it (gear play in the servos)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -119,6 +132,12 @@ class PhysicsParams:
             object.__setattr__(self, name, v)
             if not (math.isfinite(v) and lo <= v <= hi):
                 problems.append(f"{name}={v} is outside [{lo}, {hi}]")
+        latency = self.latency_steps
+        if isinstance(latency, bool) or not isinstance(latency, (int, np.integer, float)) \
+                or not math.isfinite(float(latency)) or int(latency) != latency or not 0 <= latency <= _MAX_LATENCY:
+            problems.append(f"latency_steps={latency!r} must be a whole number of control steps in [0, {_MAX_LATENCY}]")
+        else:
+            object.__setattr__(self, "latency_steps", int(latency))
         if problems:
             raise ValueError("invalid physics parameters: " + "; ".join(problems))
 
@@ -244,3 +263,5 @@ def apply_physics(model: mujoco.MjModel, params: PhysicsParams, h: PhysicsHandle
     model.geom_friction[h.pad_geoms, 0] = params.pad_friction
     model.body_mass[h.object_bodies] = h.nominal_body_mass * params.object_mass_scale
     model.body_inertia[h.object_bodies] = h.nominal_body_inertia * params.object_mass_scale
+    # latency_steps and backlash act between the command and the actuator, not in the model:
+    # SimCore derives its ActuatorEffects from them (embodied_gym.sim.core.effects_from_physics).
