@@ -111,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", 
             help_text = f"{help_text} (default {shown})".strip()
         kw: dict[str, Any] = {"dest": _dest(prefix, f.name), "default": argparse.SUPPRESS,
                               "help": help_text.replace("%", "%%") or None}
-        kw["metavar"] = m["metavar"] if m["metavar"] is not None else f.name.upper()
+        if m["metavar"] is not None:
+            kw["metavar"] = m["metavar"]
         origin, args = get_origin(tp), get_args(tp)
         if tp is bool:
             kw["action"] = argparse.BooleanOptionalAction
@@ -131,6 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", 
             raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for type {tp!r}")
         if m["choices"] is not None:
             kw["choices"] = list(m["choices"])
+        if "metavar" not in kw and "choices" not in kw and tp is not bool:
+            kw["metavar"] = f.name.upper()  # not the dotted dest a nested setting gets
         parser.add_argument(*names, **kw)
 
 
