@@ -3,8 +3,8 @@
 For each task (the shape of the paper's policy experiment, arXiv 2507.05198):
 
 1. ``record``: expert demonstrations on the stand-in robot (the "real" data).
-2. ``calibrate``: the recommended calibration method (``mujoco.sysid`` after ``benchmarks/calibration.py``)
-   fits the sim's physics to them.
+2. ``calibrate``: the recommended calibration method (trust-region PhysAligner after
+   ``benchmarks/calibration.py``) fits the sim's physics, delay and backlash to them.
 3. ``visaligner``: VisAligner learns the stand-in camera's look from paired real/sim episodes.
 4. ``generate``: expert rollouts in the aligned sim (calibrated physics), their frames rendered by
    VisAligner — the training data of the aligned-sim policy.
