@@ -44,6 +44,13 @@ def _quiet_progress() -> None:
     warnings.filterwarnings("ignore", message="Cannot enable progress bars")
 
 
+def _close_progress_bars() -> None:
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
 def _command_name(args) -> str:
     """``record``, ``visaligner train``, ``train act``, ..."""
     cmd = args._command
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rc = args._command.run(args)
     except KeyboardInterrupt:
+        _close_progress_bars()  # their last line before ours, not after it when they are collected
         start = "\n" if sys.stderr.isatty() else ""  # off the "^C" the terminal echoed
         print(f"{start}embodied-gym {name}: interrupted; {args._command.interrupted(args)}", file=sys.stderr)
         return 130

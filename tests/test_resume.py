@@ -197,17 +197,23 @@ def test_record_ctrl_c_prints_one_line_and_keeps_the_episodes(tmp_path):
     assert 1 <= len(load_episodes(root)) < 200
 
 
-def test_calibrate_ctrl_c_in_stage_1_keeps_the_chunks(tiny_dataset, tmp_path):
+def test_calibrate_ctrl_c_in_physaligner_keeps_its_trust_region_checkpoint(tiny_dataset, tmp_path):
+    """Ctrl-C after PhysAligner's first trust-region iteration: one line, the iteration kept."""
     out = tmp_path / "r.json"
     work = tmp_path / "r.json.work"
+
+    def checkpointed():
+        return any(work.glob("trust-region-*.json"))
+
     rc, stderr = _interrupt(["calibrate", "--dataset", str(tiny_dataset), "--method", "physaligner", "--out", str(out),
-                             "--free", "kp.right_elbow", "--samples", "400", "--workers", "2"],
-                            lambda: bool(_chunks(work)), tmp_path)
+                             "--free", "kp.right_elbow", "damping.right_elbow", "--tr-iterations", "400",
+                             "--latency", "0"],
+                            checkpointed, tmp_path)
     assert rc == 130, stderr
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr  # pool workers stay quiet too
-    assert _last_line(stderr).startswith(f"embodied-gym calibrate: interrupted; finished stages and stage-1 chunks "
-                                         f"are kept in {work}")
-    assert _chunks(work) and not out.exists()
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert _last_line(stderr).startswith(f"embodied-gym calibrate: interrupted; PhysAligner's trust-region state "
+                                         f"(written after every iteration) is kept in {work}")
+    assert checkpointed() and not out.exists()
 
 
 def test_user_errors_print_one_line_and_exit_2(tiny_dataset, tmp_path, capsys):

@@ -46,6 +46,6 @@ def run(args) -> int:
 
 def interrupted(args) -> str:
     if getattr(args, "method", None) == "physaligner":
-        return (f"finished stages and stage-1 chunks are kept in {args.out}.work; rerun the same command to "
-                f"continue from there")
+        return (f"PhysAligner's trust-region state (written after every iteration) is kept in {args.out}.work; "
+                f"rerun the same command to continue from there")
     return "nothing was written (this method keeps no checkpoint); rerun the same command"
