@@ -1,4 +1,4 @@
-"""VisAligner benchmark (issue 5 §6): stand-in PickCup data, cam_high, tiny preset on CPU.
+"""VisAligner benchmark: stand-in PickCup data, cam_high, tiny preset on CPU.
 
 Trains VisAligner with and without object masks on 40 recorded stand-in episodes and compares,
 on 10 held-out episodes, (a) the raw sim render, (b) VisAligner without masks, (c) VisAligner

@@ -1,6 +1,6 @@
 """Baseline calibrators behind the same interface as PhysAligner.
 
-- :func:`simulated_annealing`: SimplerEnv's recipe (SPEC §1) — parameters normalised to [0, 1],
+- :func:`simulated_annealing`: SimplerEnv's recipe (arXiv 2405.05941) — parameters normalised to [0, 1],
   ``steps`` iterations (2000 by default), temperature 1.5 falling linearly to 0, neighbour = a
   uniform jump of ±0.5 on the normalised scale, clipped; Metropolis acceptance.
 - :func:`cma_es`: CMA-ES from the ``cma`` package on the normalised box.

@@ -60,7 +60,7 @@ class ReplayObjective:
     def residuals(self, theta_u: np.ndarray) -> np.ndarray:
         """Least-squares form for Gauss-Newton methods: per step and arm, the TCP position difference (m)
         and the rotation-matrix difference / √8 (whose squared norm is sin²(θ/2), the smooth rotation
-        term of SPEC §1), scaled so that the squared norm is a mean over steps and episodes."""
+        term of SimplerEnv's system identification, arXiv 2405.05941), scaled so that the squared norm is a mean over steps and episodes."""
         parts = []
         for r in self.replays(theta_u):
             sim, real = r.sim_ee.reshape(-1, 2, 7), r.real_ee.reshape(-1, 2, 7)

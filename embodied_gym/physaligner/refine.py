@@ -4,7 +4,7 @@
 The loss on real transitions (s_{t-1}, a_{t-1}) -> s_t compares the surrogate's prediction with the
 recorded s_t: joint-position and joint-velocity errors, plus TCP translation and rotation errors
 through differentiable forward kinematics, the rotation term in the smooth form
-‖R_pred − R_real‖²_F / 8 = sin²(θ/2) (SPEC §1). Adam, several restarts (the first from the base
+‖R_pred − R_real‖²_F / 8 = sin²(θ/2) (SimplerEnv, arXiv 2405.05941). Adam, several restarts (the first from the base
 values, the others from random points), early stopping on held-out transitions.
 """
 
