@@ -7,6 +7,12 @@ wxyz), which calibration needs. Episodes go through :class:`~embodied_gym.data.w
 written one at a time and the dataset finalised after each, so a crash loses at most the episode in
 progress; ``resume=True`` continues. The sidecar row of an episode holds its reset seed, success,
 length, env id, control mode and start layout.
+
+When the observation holds ``object_pose_estimate`` (the env is wrapped with
+:class:`~embodied_gym.perception.PoseEstimateWrapper`), the estimate is stored as
+``observation.environment_state`` (float32, named by the estimator's outputs), and the sidecar row
+names the estimator (folder, weights hash, camera, frame size) so a policy trained on the dataset
+can rebuild the same observation.
 """
 
 from __future__ import annotations
@@ -53,16 +59,36 @@ def _jsonable(poses: dict) -> dict:
     return {k: [float(x) for x in v] for k, v in poses.items()}
 
 
+def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
+    """(observation key, entry names, estimator description) of the env's pose estimate, or None."""
+    from embodied_gym.perception.wrapper import KEY, PoseEstimateWrapper
+
+    space = getattr(env.observation_space, "spaces", {})
+    e = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, PoseEstimateWrapper):
+            cfg = e.estimator.config
+            about = dict(e.source or {}, camera=cfg.camera, image_size=list(env.unwrapped.image_size),
+                         names=list(cfg.output_names))
+            return e.key, list(cfg.output_names), about
+        e = e.env
+    if KEY in space:  # another wrapper added it: unnamed entries
+        return KEY, [f"{KEY}_{i}" for i in range(int(np.prod(space[KEY].shape)))], None
+    return None
+
+
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
            resume: bool = False, repo_id: str | None = None, env_id: str | None = None,
-           progress: bool = True, vcodec: str = "h264") -> RecordingSummary:
+           progress: bool = True, vcodec: str = "h264", cameras: tuple[str, ...] | None = None) -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``.
 
     ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record), or
     ``obs_type="state"`` for a dataset without video (enough for calibration).
     Episode ``i`` of the dataset is reset with seed ``seed + i``, so a resumed run continues the
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
-    LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files.
+    LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files. ``cameras``: the env's
+    cameras whose videos are stored (default all; ``()`` for none, e.g. when a pose estimator reads
+    the camera and only its estimate is kept).
     """
     from tqdm import tqdm
 
@@ -70,9 +96,17 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     if getattr(u, "obs_type", None) not in ("state", "pixels_state"):
         raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
                          "or obs_type='state' (no video)")
-    cameras = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
-    writer = EpisodeWriter(root, dataset_features(cameras, u.image_size), repo_id=repo_id, vcodec=vcodec,
-                           resume=resume)
+    rendered = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
+    if cameras is None:
+        cameras = rendered
+    missing = [c for c in cameras if c not in rendered]
+    if missing:
+        raise ValueError(f"record(cameras={tuple(cameras)}): the env renders {list(rendered)}, not {missing}; make "
+                         f"it with obs_type='pixels_state' and those cameras")
+    estimate = _pose_estimate(env)
+    writer = EpisodeWriter(root, dataset_features(cameras, u.image_size, estimate[1] if estimate else None),
+                           repo_id=repo_id, vcodec=vcodec, resume=resume)
+    extra_row = {"pose_estimator": estimate[2]} if estimate and estimate[2] else {}
     have = writer.episodes
     results = []
     bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=not progress)
@@ -89,6 +123,8 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
                 frame = {F.STATE: q, F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
                          F.EE_POSE: _ee_pose(u, info, q.astype(np.float64))}
                 frame.update({F.image_key(cam): obs[cam] for cam in cameras})
+                if estimate:
+                    frame[F.ENV_STATE] = np.asarray(obs[estimate[0]], dtype=np.float32)
                 obs, reward, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
                 success = bool(info.get("is_success"))
@@ -104,7 +140,7 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
             writer.discard_episode()
             raise
         writer.save_episode({"seed": ep_seed, "success": success, "length": int(info["step"]), "env_id": env_id,
-                             "control_mode": u.control_mode, "layout": layout_at_start})
+                             "control_mode": u.control_mode, "layout": layout_at_start, **extra_row})
         results.append(success)
         bar.set_postfix(success=f"{np.mean(results):.0%}")
     return RecordingSummary(str(writer.root), have + episodes, episodes, float(np.mean(results)) if results else 0.0)
