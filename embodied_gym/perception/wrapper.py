@@ -84,8 +84,9 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         #: where the estimator was loaded from (:func:`estimator_source`), None for an in-memory model
         self.source = None
         if not isinstance(estimator, PoseEstimator):
-            self.source = estimator_source(estimator)
-            estimator = PoseEstimator.from_pretrained(estimator, device=device)
+            folder = estimator
+            estimator = PoseEstimator.from_pretrained(folder, device=device)
+            self.source = estimator_source(folder)
         self.estimator = estimator.eval()
         self.key = key
         cfg = estimator.config
