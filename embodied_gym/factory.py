@@ -13,7 +13,7 @@ from typing import Any
 
 def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, physics=None,
              visaligner: str | os.PathLike | None = None, visaligner_steps: int | None = None,
-             realtime: bool = False, **kwargs: Any):
+             realtime: bool = False, pose_estimator=None, **kwargs: Any):
     """``gym.make(env_id, **kwargs)`` with the options every command shares.
 
     Args:
@@ -23,10 +23,15 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
         visaligner: a VisAligner model folder: the sim env's first camera is rendered through it.
         visaligner_steps: its denoising steps per generated frame (default: the model's).
         realtime: hold the 50 Hz control rate on ``-Real-`` ids (default: as fast as possible).
+        pose_estimator: a pose estimator folder (or a loaded ``PoseEstimator``): the env is wrapped
+            with :class:`~embodied_gym.perception.PoseEstimateWrapper`, which adds the estimate as
+            ``obs["object_pose_estimate"]``. Its camera is added to ``cameras``, ``obs_type="state"``
+            becomes ``"pixels_state"`` and ``image_size`` defaults to the estimator's frame size.
         **kwargs: the env's own kwargs (``obs_type``, ``cameras``, ``image_size``, ...).
 
     Raises:
         ValueError: an unknown id, or an option that does not apply to it.
+        FileNotFoundError: ``pose_estimator`` is not an estimator folder.
     """
     import gymnasium as gym
 
@@ -45,15 +50,35 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
             kw["robot_config"] = str(robot_config)
     elif robot_config:
         raise ValueError(f"--robot-config only applies to -Real- env ids, not {env_id}")
-    if not visaligner:
-        return gym.make(env_id, **kw)
-    if real:
-        raise ValueError("--visaligner renders sim frames photoreal; it makes no sense on a -Real- id")
-    from embodied_gym.wrappers.visaligner import VisAlignerWrapper
+    if pose_estimator is not None:
+        from embodied_gym.perception.modeling import PoseEstimator
 
-    cams = tuple(kw.get("cameras", ()))
-    return VisAlignerWrapper(gym.make(env_id, **kw), visaligner, camera=cams[0] if cams else "cam_high",
-                             num_inference_steps=visaligner_steps)
+        source = pose_estimator
+        if not isinstance(pose_estimator, PoseEstimator):
+            pose_estimator = PoseEstimator.from_pretrained(pose_estimator)  # raises naming the folder
+        est = pose_estimator.config
+        if kw.get("obs_type", "state") == "state":
+            kw["obs_type"] = "pixels_state"
+        cams = tuple(kw.get("cameras") or ())
+        if est.camera not in cams:
+            kw["cameras"] = cams + (est.camera,)
+        kw.setdefault("image_size", tuple(est.frame_size))
+    if visaligner and real:
+        raise ValueError("--visaligner renders sim frames photoreal; it makes no sense on a -Real- id")
+    env = gym.make(env_id, **kw)
+    if visaligner:
+        from embodied_gym.wrappers.visaligner import VisAlignerWrapper
+
+        cams = tuple(kw.get("cameras", ()))
+        env = VisAlignerWrapper(env, visaligner, camera=cams[0] if cams else "cam_high",
+                                num_inference_steps=visaligner_steps)
+    if pose_estimator is not None:
+        from embodied_gym.perception.wrapper import PoseEstimateWrapper, estimator_source
+
+        env = PoseEstimateWrapper(env, pose_estimator)
+        if not isinstance(source, PoseEstimator):
+            env.source = estimator_source(source)
+    return env
 
 
 __all__ = ["make_env"]

@@ -334,3 +334,65 @@ def test_act_trains_on_a_dataset_with_an_idle_arm(tiny_dataset, tmp_path):
     assert all(math.isfinite(v) for v in losses) and math.isfinite(result.final_loss)
     assert losses[0] < 50, f"first logged loss {losses[0]}: an idle joint is divided by a zero std"
     assert np.mean(losses[-2:]) < 0.7 * np.mean(losses[:2]), losses
+
+
+def test_act_on_estimated_object_poses_end_to_end(tmp_path):
+    """Record with a (tiny, untrained) pose estimator -> observation.environment_state; train ACT on it
+    without images; evaluate on the Real id with the estimator rebuilt from the policy's meta."""
+    from embodied_gym.data import features as F
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.data.recording import record
+    from embodied_gym.factory import make_env
+    from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
+    from embodied_gym.perception.wrapper import KEY
+    from embodied_gym.policies.act import POLICY_META
+    from embodied_gym.policies.loading import ExpertAgent
+
+    torch.manual_seed(0)
+    est_cfg = PoseEstimatorConfig(frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8,
+                                  hidden=32)
+    est_dir = PoseEstimator(est_cfg).save_pretrained(tmp_path / "estimator")
+    sim = "EmbodieDreamer-PickCup-v0"
+    agent = ExpertAgent()
+    env = make_env_for(agent, sim, pose_estimator=str(est_dir), max_episode_steps=30)
+    assert env.unwrapped.cameras == ("cam_high",) and env.unwrapped.image_size == (48, 64)
+    summary = record(env, agent, tmp_path / "ds", 2, env_id=sim, progress=False, cameras=())
+    env.close()
+    assert summary.episodes == 2
+    ds = open_dataset(tmp_path / "ds")
+    assert ds.cameras == [] and ds.features[F.ENV_STATE]["names"] == ["cup.x", "cup.y", "cup.z"]
+    env_state = np.stack(ds.table()[F.ENV_STATE])
+    assert env_state.shape == (60, 3) and env_state.dtype == np.float32
+    assert ds.rows()[0]["pose_estimator"]["path"] == str(est_dir.resolve())
+
+    out = tmp_path / "act"
+    cfg = ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(out), steps=10, batch_size=4, chunk_size=5,
+                         n_action_steps=5, save_every=10, log_every=5, progress=False, overrides=TINY)
+    result = train_act(cfg)
+    assert result.steps == 10 and math.isfinite(result.final_loss) and result.final_loss < 100
+    meta = json.loads((latest_checkpoint(out) / "pretrained_model" / POLICY_META).read_text())
+    assert meta["cameras"] == [] and meta["env_state"] == ["cup.x", "cup.y", "cup.z"]
+    assert meta["pose_estimator"]["path"] == str(est_dir.resolve()) and len(meta["pose_estimator"]["sha256"]) == 64
+
+    act = load_agent(str(out))
+    assert act.env_state and act.cameras == ()
+    assert not hasattr(act.policy.model, "backbone")  # no ResNet runs
+    r = evaluate_policy(str(out), "EmbodieDreamer-PickCup-Real-v0", 1, 0, max_episode_steps=20, progress=False)
+    assert r.episodes == 1 and r.per_episode[0].length == 20
+
+    # The agent reads the observation alone (no info), and the estimate is one of its inputs.
+    real = make_env_for(act, "EmbodieDreamer-PickCup-Real-v0")
+    obs, _ = real.reset(seed=0)
+    assert KEY in obs and "object_poses" not in obs and obs[KEY].shape == (3,)
+    act.reset()
+    a0 = act(obs, None)
+    act.reset()
+    a1 = act({**obs, KEY: obs[KEY] + np.float32(0.05)}, None)
+    real.close()
+    assert a0.shape == (14,) and not np.allclose(a0, a1)
+
+    # The estimator is required: a missing folder, or an ENV policy fed without it, fails clearly.
+    with pytest.raises(KeyError, match="PoseEstimateWrapper"):
+        act({k: v for k, v in obs.items() if k != KEY}, None)
+    with pytest.raises(FileNotFoundError, match="--pose-estimator"):
+        make_env_for(load_agent(str(out), pose_estimator=str(tmp_path / "nowhere")), sim)

@@ -24,6 +24,9 @@ def add_arguments(p) -> None:
     p.add_argument("--cameras", nargs="+", help="cameras to render (default: the policy's; must include them)")
     p.add_argument("--image-size", nargs=2, type=int, metavar=("H", "W"),
                    help="render size (default: the policy's training size; frames are resized to the policy's input)")
+    p.add_argument("--pose-estimator", metavar="DIR",
+                   help="ACT on estimated object poses: the pose estimator folder (default: the one its training "
+                        "data was recorded with, from its embodied_gym_policy.json)")
     p.add_argument("--trust-policy-file", action="store_true",
                    help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
                         "(default: read it without unpickling or importing; see docs/policies.md)")
@@ -38,7 +41,7 @@ def run(args) -> int:
                         temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode,
                         cameras=tuple(args.cameras) if args.cameras else None,
                         image_size=tuple(args.image_size) if args.image_size else None,
-                        trust_policy_file=args.trust_policy_file)
+                        trust_policy_file=args.trust_policy_file, pose_estimator=args.pose_estimator)
     print(r.summary())
     if args.out:
         print(f"per-episode results: {args.out}")

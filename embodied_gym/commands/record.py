@@ -16,10 +16,14 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="dataset folder")
     p.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
-    p.add_argument("--cameras", nargs="+", default=["cam_high"])
+    p.add_argument("--cameras", nargs="+", default=["cam_high"],
+                   help="cameras whose videos are stored (default cam_high); 'none' for no video")
     p.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
     p.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
     p.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
+    p.add_argument("--pose-estimator", metavar="DIR",
+                   help="pose estimator folder: its estimate from the camera is stored as "
+                        "observation.environment_state (the camera is rendered even with --cameras none)")
     p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
     p.add_argument("--crf", type=int, default=DEFAULT_CRF,
                    help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)")
@@ -35,13 +39,15 @@ def run(args) -> int:
     from embodied_gym.factory import make_env
     from embodied_gym.policies.loading import make_agent
 
-    env = make_env(args.env, robot_config=args.robot_config, realtime=args.realtime, obs_type="pixels_state",
-                   cameras=tuple(args.cameras), image_size=tuple(args.image_size))
+    cameras = () if [c.lower() for c in args.cameras] == ["none"] else tuple(args.cameras)
+    env = make_env(args.env, robot_config=args.robot_config, realtime=args.realtime,
+                   obs_type="pixels_state" if cameras else "state", cameras=cameras,
+                   image_size=tuple(args.image_size), pose_estimator=args.pose_estimator)
     try:
         policy = make_agent(args.policy, env, trust_policy_file=args.trust_policy_file)
         summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
                          env_id=args.env, vcodec=args.vcodec, after_success_steps=args.after_success_steps,
-                         crf=args.crf)
+                         crf=args.crf, cameras=cameras)
     finally:
         env.close()
     print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "

@@ -18,6 +18,9 @@ INFO = "meta/info.json"  # LeRobot's dataset description; its presence makes a f
 STATE = "observation.state"  # (14,) measured joint positions
 VELOCITY = "observation.velocity"  # (14,) measured joint velocities
 EE_POSE = "observation.ee_pose"  # (14,) both TCP poses, position + quaternion wxyz
+# (D,) estimated object poses (a perception model's output, never the simulator's ground truth);
+# LeRobot's key for ACT's environment-state input token
+ENV_STATE = "observation.environment_state"
 ACTION = "action"  # (14,) joint targets given to the controllers
 REWARD = "next.reward"
 SUCCESS = "next.success"
@@ -43,9 +46,10 @@ def camera_of(key: str) -> str:
     return key[len(IMAGES) + 1:]
 
 
-def dataset_features(cameras, image_size) -> dict:
+def dataset_features(cameras, image_size, env_state_names=None) -> dict:
     """Features: joint state, velocity, both TCP poses, joint-target action, reward/success/done
-    flags, and one video per camera."""
+    flags, one video per camera, and ``observation.environment_state`` (float32, one entry per
+    name) when ``env_state_names`` is given."""
     names = list(JOINT_NAMES)
     feats = {
         STATE: {"dtype": "float32", "shape": (14,), "names": names},
@@ -56,6 +60,9 @@ def dataset_features(cameras, image_size) -> dict:
         SUCCESS: {"dtype": "bool", "shape": (1,), "names": None},
         DONE: {"dtype": "bool", "shape": (1,), "names": None},
     }
+    if env_state_names:
+        names_e = [str(n) for n in env_state_names]
+        feats[ENV_STATE] = {"dtype": "float32", "shape": (len(names_e),), "names": names_e}
     h, w = image_size
     for cam in cameras:
         feats[image_key(cam)] = {"dtype": "video", "shape": (h, w, 3), "names": ["height", "width", "channels"]}

@@ -12,6 +12,12 @@ Recording goes on past success: an episode ends ``after_success_steps`` control 
 task first succeeds (or at the time limit), so demonstrations hold what the expert does once the
 task is done (a cup lifted the rest of the way and held, a released pen left in its cup), not only
 the approach; ``next.success`` marks every frame on which the task is in its success state.
+
+When the observation holds ``object_pose_estimate`` (the env is wrapped with
+:class:`~embodied_gym.perception.PoseEstimateWrapper`), the estimate is stored as
+``observation.environment_state`` (float32, named by the estimator's outputs), and the sidecar row
+names the estimator (folder, weights hash, camera, frame size) so a policy trained on the dataset
+can rebuild the same observation.
 """
 
 from __future__ import annotations
@@ -58,10 +64,28 @@ def _jsonable(poses: dict) -> dict:
     return {k: [float(x) for x in v] for k, v in poses.items()}
 
 
+def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
+    """(observation key, entry names, estimator description) of the env's pose estimate, or None."""
+    from embodied_gym.perception.wrapper import KEY, PoseEstimateWrapper
+
+    space = getattr(env.observation_space, "spaces", {})
+    e = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, PoseEstimateWrapper):
+            cfg = e.estimator.config
+            about = dict(e.source or {}, camera=cfg.camera, image_size=list(env.unwrapped.image_size),
+                         names=list(cfg.output_names))
+            return e.key, list(cfg.output_names), about
+        e = e.env
+    if KEY in space:  # another wrapper added it: unnamed entries
+        return KEY, [f"{KEY}_{i}" for i in range(int(np.prod(space[KEY].shape)))], None
+    return None
+
+
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
            resume: bool = False, repo_id: str | None = None, env_id: str | None = None,
            progress: bool = True, vcodec: str = "h264", after_success_steps: int = AFTER_SUCCESS_STEPS,
-           crf: int | None = DEFAULT_CRF) -> RecordingSummary:
+           crf: int | None = DEFAULT_CRF, cameras: tuple[str, ...] | None = None) -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``.
 
     ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record), or
@@ -70,6 +94,8 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     same sequence. Videos are H.264 by default (several times faster to encode on a CPU than
     LeRobot's default AV1); pass ``vcodec="libsvtav1"`` for Hub-style files. ``crf`` is the video
     quality (lower keeps more; 0 lossless, see :func:`~embodied_gym.data.writer.video_encoder`).
+    ``cameras``: the env's cameras whose videos are stored (default all; ``()`` for none, e.g. when a
+    pose estimator reads the camera and only its estimate is kept).
 
     An episode ends ``after_success_steps`` steps after the first success, at the time limit, or
     when the env terminates otherwise; ``after_success_steps=0`` ends it at the first success, as
@@ -87,20 +113,30 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
                          "or obs_type='state' (no video)")
     if after_success_steps < 0:
         raise ValueError(f"after_success_steps must be >= 0 (0 stops at the first success), got {after_success_steps}")
-    cameras = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
-    writer = EpisodeWriter(root, dataset_features(cameras, u.image_size), repo_id=repo_id, vcodec=vcodec,
-                           resume=resume, crf=crf)
+    rendered = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
+    if cameras is None:
+        cameras = rendered
+    missing = [c for c in cameras if c not in rendered]
+    if missing:
+        raise ValueError(f"record(cameras={tuple(cameras)}): the env renders {list(rendered)}, not {missing}; make "
+                         f"it with obs_type='pixels_state' and those cameras")
+    estimate = _pose_estimate(env)
+    writer = EpisodeWriter(root, dataset_features(cameras, u.image_size, estimate[1] if estimate else None),
+                           repo_id=repo_id, vcodec=vcodec, resume=resume, crf=crf)
+    extra_row = {"pose_estimator": estimate[2]} if estimate and estimate[2] else {}
     terminate_on_success = getattr(u, "terminate_on_success", None)
     if terminate_on_success is not None:
         u.terminate_on_success = False  # record() ends episodes itself, after_success_steps after success
     try:
-        return _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps)
+        return _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps,
+                       estimate, extra_row)
     finally:
         if terminate_on_success is not None:
             u.terminate_on_success = terminate_on_success
 
 
-def _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps):
+def _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, after_success_steps, estimate,
+            extra_row):
     from tqdm import tqdm
 
     have = writer.episodes
@@ -121,6 +157,8 @@ def _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, a
                 frame = {F.STATE: q, F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
                          F.EE_POSE: _ee_pose(u, info, q.astype(np.float64))}
                 frame.update({F.image_key(cam): obs[cam] for cam in cameras})
+                if estimate:
+                    frame[F.ENV_STATE] = np.asarray(obs[estimate[0]], dtype=np.float32)
                 obs, reward, terminated, truncated, info = env.step(action)
                 success = bool(info.get("is_success"))
                 if success and first_success is None:
@@ -142,7 +180,7 @@ def _record(env, u, policy, writer, episodes, seed, env_id, progress, cameras, a
         reached = first_success is not None
         writer.save_episode({"seed": ep_seed, "success": reached, "success_step": first_success,
                              "length": int(info["step"]), "env_id": env_id, "control_mode": u.control_mode,
-                             "layout": layout_at_start})
+                             "layout": layout_at_start, **extra_row})
         results.append(reached)
         bar.set_postfix(success=f"{np.mean(results):.0%}")
     return RecordingSummary(str(writer.root), have + episodes, episodes, float(np.mean(results)) if results else 0.0)

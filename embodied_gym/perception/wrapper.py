@@ -11,6 +11,7 @@ trained in the simulator must run on the robot from what the robot can observe.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +20,29 @@ from gymnasium import spaces
 from embodied_gym.perception.modeling import PoseEstimator
 
 KEY = "object_pose_estimate"
+
+
+def estimator_source(folder: str | os.PathLike) -> dict:
+    """``{"path": <absolute folder>, "sha256": <hash of its weights file>}``: what a dataset and a
+    policy record about the estimator their observations came from, so evaluation can rebuild the
+    same observation (and notice when the folder now holds other weights).
+
+    Raises:
+        FileNotFoundError: ``folder`` has no weights file.
+    """
+    import hashlib
+
+    from embodied_gym.perception.configuration import WEIGHTS_NAME
+
+    weights = Path(folder) / WEIGHTS_NAME
+    if not weights.is_file():
+        raise FileNotFoundError(f"no pose estimator at {folder}: {WEIGHTS_NAME} is missing (pass the folder "
+                                f"save_pretrained() or `train_pose_estimator` wrote)")
+    h = hashlib.sha256()
+    with open(weights, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"path": str(Path(folder).resolve()), "sha256": h.hexdigest()}
 
 
 class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -57,8 +81,12 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
                  device: str = "cpu"):
         gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, device=device)
         gym.ObservationWrapper.__init__(self, env)
+        #: where the estimator was loaded from (:func:`estimator_source`), None for an in-memory model
+        self.source = None
         if not isinstance(estimator, PoseEstimator):
-            estimator = PoseEstimator.from_pretrained(estimator, device=device)
+            folder = estimator
+            estimator = PoseEstimator.from_pretrained(folder, device=device)
+            self.source = estimator_source(folder)
         self.estimator = estimator.eval()
         self.key = key
         cfg = estimator.config
@@ -89,4 +117,4 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         return {**observation, self.key: np.clip(estimate, self._low, self._high).astype(np.float32)}
 
 
-__all__ = ["PoseEstimateWrapper", "KEY"]
+__all__ = ["PoseEstimateWrapper", "KEY", "estimator_source"]

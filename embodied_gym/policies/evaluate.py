@@ -131,9 +131,10 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                     videos: str | None = None, temporal_ensemble_coeff: float | None = None,
                     control_mode: str | None = None, progress: bool = True,
                     max_episode_steps: int | None = None, cameras: tuple[str, ...] | None = None,
-                    image_size: tuple[int, int] | None = None, trust_policy_file: bool = False) -> EvalResult:
+                    image_size: tuple[int, int] | None = None, trust_policy_file: bool = False,
+                    pose_estimator: str | None = None) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
-    ``cameras`` and ``image_size`` override the settings it was trained with; ``trust_policy_file``),
+    ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
     make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
 
     Args:
@@ -152,7 +153,8 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
     from embodied_gym.policies.loading import load_agent, make_env_for
 
     agent = load_agent(policy, temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode,
-                       cameras=cameras, image_size=image_size, trust_policy_file=trust_policy_file)
+                       cameras=cameras, image_size=image_size, trust_policy_file=trust_policy_file,
+                       pose_estimator=pose_estimator)
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
     env = make_env_for(agent, env_id, physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
                        render_mode="rgb_array" if videos else None)

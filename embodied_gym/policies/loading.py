@@ -42,6 +42,9 @@ class EnvRequirements:
     cameras: tuple[str, ...] = ()
     image_size: tuple[int, int] | None = None  # None: the env's default
     control_mode: str = "joint_pos"
+    #: pose estimator folder whose estimate the policy reads (``obs["object_pose_estimate"]``);
+    #: not a gym kwarg: :func:`make_env_for` wraps the env with it
+    pose_estimator: str | None = None
 
     def env_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"obs_type": self.obs_type, "control_mode": self.control_mode}
@@ -84,6 +87,10 @@ class ACTAgent:
     Images are resized to the size the policy was trained at with the training code's own resize.
     ``temporal_ensemble_coeff`` switches on ACT's temporal ensembling (a new chunk every step,
     exponentially weighted); otherwise the policy runs ``n_action_steps`` actions of each chunk.
+    A policy with the ``observation.environment_state`` input reads ``obs["object_pose_estimate"]``
+    (a :class:`~embodied_gym.perception.PoseEstimateWrapper`'s estimate from the camera, never the
+    simulator's state); its requirements name the estimator its training data was recorded with,
+    from the policy's ``embodied_gym_policy.json``.
     """
 
     name = "act"
@@ -118,8 +125,16 @@ class ACTAgent:
         self.image_size = tuple(self.policy.config.image_features[image_keys[0]].shape[-2:]) if image_keys else None
         # Render at the size the training frames were recorded at, so resizing matches training.
         recorded = (self.meta or {}).get("recorded_image_size")
-        self.requirements = EnvRequirements(obs_type="pixels_state", cameras=self.cameras, control_mode="joint_pos",
-                                            image_size=tuple(recorded) if recorded else self.image_size)
+        self.env_state = F.ENV_STATE in self.policy.config.input_features
+        self.env_state_names = list((self.meta or {}).get("env_state") or [])
+        self.estimator_source = (self.meta or {}).get("pose_estimator") if self.env_state else None
+        estimator = (self.estimator_source or {}).get("path")
+        if self.env_state and not recorded and (self.estimator_source or {}).get("image_size"):
+            recorded = self.estimator_source["image_size"]  # the size the estimator saw at recording
+        self.requirements = EnvRequirements(obs_type="pixels_state" if (self.cameras or self.env_state) else "state",
+                                            cameras=self.cameras, control_mode="joint_pos",
+                                            image_size=tuple(recorded) if recorded else self.image_size,
+                                            pose_estimator=estimator)
         self.policy.reset()
 
     def reset(self) -> None:
@@ -128,6 +143,14 @@ class ACTAgent:
     def observation_batch(self, obs: dict) -> dict[str, torch.Tensor]:
         """Env observation -> LeRobot batch (before the preprocessor): state and resized float images."""
         batch = {F.STATE: torch.as_tensor(np.asarray(obs["joint_pos"], np.float32))[None]}
+        if self.env_state:
+            from embodied_gym.perception.wrapper import KEY
+
+            if KEY not in obs:
+                raise KeyError(f"the policy {self.path} reads {KEY!r} (estimated object poses) but the observation has "
+                               f"{sorted(obs)}; wrap the env with PoseEstimateWrapper (make_env_for does, from the "
+                               f"policy's pose estimator; `eval --pose-estimator DIR`)")
+            batch[F.ENV_STATE] = torch.as_tensor(np.asarray(obs[KEY], np.float32))[None]
         for cam in self.cameras:
             if cam not in obs:
                 raise KeyError(f"the policy needs camera {cam!r} but the observation has {sorted(obs)}; make the env "
@@ -666,13 +689,15 @@ def _read_sidecar(path: Path) -> dict:
 
 def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | None = None,
                control_mode: str | None = None, *, cameras=None, image_size=None,
-               trust_policy_file: bool = False):
+               trust_policy_file: bool = False, pose_estimator: str | os.PathLike | None = None):
     """``"expert"``, an SB3 ``.zip`` or an ACT folder -> an agent (see the module docstring).
 
     ``cameras``, ``image_size`` (H, W) and ``control_mode`` override the settings the policy was trained
     with: ``cameras`` must include the policy's (extra ones are rendered, e.g. for videos), images are
     rendered at ``image_size`` and resized to the policy's input size. ``trust_policy_file`` loads with
-    the library's own loader (it can run code from the file; only for files you trust)."""
+    the library's own loader (it can run code from the file; only for files you trust).
+    ``pose_estimator`` replaces the estimator folder of a policy that reads estimated object poses
+    (default: the one its training data was recorded with)."""
     if spec == "expert":
         agent = ExpertAgent(control_mode or "joint_pos")
     else:
@@ -689,6 +714,12 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
             raise FileNotFoundError(f"cannot load policy {spec!r}: give 'expert', a stable-baselines3 .zip, or an ACT "
                                     f"folder (from `embodied-gym train act --out DIR`)")
     req = agent.requirements
+    if pose_estimator is not None:
+        if not getattr(agent, "env_state", False):
+            raise ValueError(f"--pose-estimator {pose_estimator}: policy {spec!r} does not read estimated object poses "
+                             f"(it has no {F.ENV_STATE} input)")
+        req.pose_estimator = str(pose_estimator)
+        agent.estimator_overridden = True
     if cameras:
         from embodied_gym.envs.spaces import normalise_cameras
 
@@ -709,10 +740,19 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
 
 def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = None, robot_config: str | None = None,
                  render_mode: str | None = None, extra_cameras: tuple[str, ...] = (),
-                 visaligner_steps: int | None = None, **kwargs):
+                 visaligner_steps: int | None = None, pose_estimator: str | os.PathLike | None = None, **kwargs):
     """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim;
     ``visaligner_steps`` denoising steps per generated frame, default the model's), through
-    :func:`embodied_gym.factory.make_env`."""
+    :func:`embodied_gym.factory.make_env`. A policy that reads estimated object poses gets the env
+    wrapped with its pose estimator (``agent.requirements.pose_estimator``) and the camera and
+    image size the estimator reads; ``pose_estimator`` replaces that folder, or wraps the env of an
+    agent that reads no estimate (e.g. the expert, to record the estimate).
+
+    Raises:
+        FileNotFoundError: the policy's pose estimator folder is missing.
+        ValueError: the policy names no estimator, or the folder holds other weights or outputs than
+            the policy was trained with.
+    """
     from embodied_gym.factory import make_env
 
     kw = agent.requirements.env_kwargs()
@@ -724,11 +764,57 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
     kw.update(kwargs)
     if render_mode:
         kw["render_mode"] = render_mode
+    if pose_estimator is not None and getattr(agent, "env_state", False):
+        agent.requirements.pose_estimator, agent.estimator_overridden = str(pose_estimator), True
+        pose_estimator = None
+    estimator = pose_estimator if pose_estimator is not None else _estimator_for(agent)
     env = make_env(env_id, robot_config=robot_config, physics=physics, visaligner=visaligner,
-                   visaligner_steps=visaligner_steps, **kw)
+                   visaligner_steps=visaligner_steps, pose_estimator=estimator, **kw)
+    if getattr(agent, "env_state", False):
+        _check_estimate_fits(agent, env)
     if isinstance(agent, ExpertAgent):
         agent.bind(env)
     return env
+
+
+def _estimator_for(agent) -> str | None:
+    """The pose estimator folder ``agent`` needs (None if it reads no estimate), checked to exist and,
+    unless overridden, to hold the weights the policy's data was recorded with."""
+    if not getattr(agent, "env_state", False):
+        return None
+    folder = agent.requirements.pose_estimator
+    where = agent.path / POLICY_META
+    if not folder:
+        raise ValueError(f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
+                         f"estimator (its dataset was not recorded with --pose-estimator); pass the estimator folder "
+                         f"with `eval --pose-estimator DIR` (load_agent(pose_estimator=...))")
+    from embodied_gym.perception.wrapper import estimator_source
+
+    try:
+        have = estimator_source(folder)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"the pose estimator {folder} that policy {agent.path} reads ({where}: "
+                                f"pose_estimator.path) is not there; restore it or pass another with "
+                                f"`eval --pose-estimator DIR`") from None
+    want = (agent.estimator_source or {}).get("sha256")
+    if want and have["sha256"] != want and not getattr(agent, "estimator_overridden", False):
+        raise ValueError(f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
+                         f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
+                         f"`eval --pose-estimator {folder}` to use them anyway, or restore the original")
+    return folder
+
+
+def _check_estimate_fits(agent, env) -> None:
+    from embodied_gym.perception.wrapper import KEY
+
+    names = agent.env_state_names
+    dim = agent.policy.config.input_features[F.ENV_STATE].shape[0]
+    got = env.observation_space[KEY]
+    est = env.get_wrapper_attr("estimator").config
+    if got.shape != (dim,) or (names and list(est.output_names) != names):
+        env.close()
+        raise ValueError(f"the pose estimator gives {list(est.output_names)} but policy {agent.path} was trained on "
+                         f"{names or dim} ({F.ENV_STATE}); use an estimator of the same task and outputs")
 
 
 def make_agent(spec: str, env, *, trust_policy_file: bool = False) -> Callable:

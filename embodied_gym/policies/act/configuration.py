@@ -59,6 +59,10 @@ class ACTTrainConfig:
                           help="cpu: small ACT, 2000 steps; paper: ACT's ALOHA sizes (default cpu); both train on "
                                "images as recorded")
     cameras: tuple[str, ...] | None = setting(None, help="cameras to use (default: all in the dataset)")
+    images: bool | None = setting(None, help="camera images as inputs (default: when the dataset has videos); "
+                                             "--no-images: joint state and environment state only (no ResNet)")
+    env_state: bool | None = setting(None, help="observation.environment_state (estimated object poses) as an "
+                                                "input (default: when the dataset has it)")
     steps: int | None = setting(None, help="optimisation steps (default: the preset's)")
     batch_size: int | None = setting(None, help="samples per step (default: the preset's)")
     lr: float | None = setting(None, help="learning rate (default: the preset's)")

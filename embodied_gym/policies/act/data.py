@@ -32,6 +32,7 @@ class TrainingFrames:
     state: torch.Tensor  # (N, 14) float32
     actions: torch.Tensor  # (N, chunk, 14) float32, future actions of the frame's episode
     action_is_pad: torch.Tensor  # (N, chunk) bool, True past the episode's end
+    env_state: torch.Tensor | None = None  # (N, D) float32 observation.environment_state, when an input
 
     def __len__(self) -> int:
         return self.state.shape[0]
@@ -39,14 +40,17 @@ class TrainingFrames:
     def batch(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         b = {F.STATE: self.state[idx], F.ACTION: self.actions[idx], F.ACTION_IS_PAD: self.action_is_pad[idx]}
         b.update({k: v[idx].float().div_(255.0) for k, v in self.images.items()})
+        if self.env_state is not None:
+            b[F.ENV_STATE] = self.env_state[idx]
         return b
 
 
 def normalisation_stats(ds: RecordedDataset, floor: float = STD_FLOOR) -> dict:
-    """The dataset's statistics for LeRobot's normaliser, with the state and action standard
-    deviations floored at ``floor`` (see :data:`STD_FLOOR`)."""
+    """The dataset's statistics for LeRobot's normaliser, with the state, environment-state and action
+    standard deviations floored at ``floor`` (see :data:`STD_FLOOR`; for estimated object positions
+    1 cm, so an object that never moves, e.g. a cup's height before the lift, stays finite)."""
     stats = copy.deepcopy(ds.meta.stats)
-    for key in (F.STATE, F.ACTION):
+    for key in (F.STATE, F.ENV_STATE, F.ACTION):
         if key in stats and "std" in stats[key]:
             stats[key]["std"] = np.maximum(np.asarray(stats[key]["std"], dtype=np.float64), floor)
     return stats
@@ -76,10 +80,11 @@ def select_cameras(ds: RecordedDataset, cameras) -> list[str]:
 
 
 def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, cameras: list[str], chunk_size: int,
-                         image_size: tuple[int, int] | None, progress: bool = True) -> TrainingFrames:
+                         image_size: tuple[int, int] | None, progress: bool = True, *,
+                         env_state: bool = False) -> TrainingFrames:
     """Decode ``episodes`` (all by default) of the dataset once: images (resized), state, action
     chunks with LeRobot's padding rule (indices past the episode's end repeat its last action and
-    are flagged ``action_is_pad``)."""
+    are flagged ``action_is_pad``), and ``observation.environment_state`` when ``env_state``."""
     from tqdm import tqdm
 
     hf = ds.table(episodes)
@@ -108,7 +113,11 @@ def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, camera
     rows = np.concatenate(order)
     inverse = torch.as_tensor(np.argsort(rows))
     imgs = {k: torch.cat(v)[inverse] for k, v in images.items()}
-    return TrainingFrames(images=imgs, state=state, actions=chunks, action_is_pad=pad)
+    env = None
+    if env_state:
+        ds.require([F.ENV_STATE], "ACT with the environment-state input")
+        env = torch.as_tensor(np.stack(hf[F.ENV_STATE]), dtype=torch.float32)
+    return TrainingFrames(images=imgs, state=state, actions=chunks, action_is_pad=pad, env_state=env)
 
 
 __all__ = ["TrainingFrames", "STD_FLOOR", "normalisation_stats", "resize_images", "select_cameras",

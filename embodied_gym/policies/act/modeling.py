@@ -19,20 +19,32 @@ from embodied_gym.policies.act.data import normalisation_stats
 
 
 def make_act_policy(ds: RecordedDataset, cameras: list[str], preset: ACTPreset, temporal_ensemble_coeff: float | None,
-                    device: str, backbone_weights: str | None = None):
-    """LeRobot ``ACTPolicy`` + its processors for ``cameras`` and ``observation.state`` -> ``action``.
+                    device: str, backbone_weights: str | None = None, env_state: bool = False):
+    """LeRobot ``ACTPolicy`` + its processors for ``cameras`` (may be empty: no ResNet), ``observation.state``
+    and, with ``env_state``, ``observation.environment_state`` (ACT's environment-state token,
+    mean/std-normalised with the floored std) -> ``action``.
+
+    Raises:
+        ValueError: neither a camera nor the environment state is an input (ACT needs one).
 
     Returns:
         ``(policy, preprocessor, postprocessor)``.
     """
-    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies import make_pre_post_processors
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
 
-    h, w = preset.image_size or ds.image_size(cameras[0])
+    if not cameras and not env_state:
+        raise ValueError(f"ACT needs at least one input besides the joint state: dataset {ds.root} gives it no camera "
+                         f"and no {F.ENV_STATE}; record with --cameras, or with --pose-estimator DIR")
     inputs = {F.STATE: PolicyFeature(type=FeatureType.STATE, shape=(14,))}
-    inputs.update({F.image_key(c): PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w)) for c in cameras})
+    if env_state:
+        ds.require([F.ENV_STATE], "ACT with the environment-state input")
+        inputs[F.ENV_STATE] = PolicyFeature(type=FeatureType.ENV, shape=tuple(ds.features[F.ENV_STATE]["shape"]))
+    if cameras:
+        h, w = preset.image_size or ds.image_size(cameras[0])
+        inputs.update({F.image_key(c): PolicyFeature(type=FeatureType.VISUAL, shape=(3, h, w)) for c in cameras})
     cfg = ACTConfig(
         input_features=inputs, output_features={F.ACTION: PolicyFeature(type=FeatureType.ACTION, shape=(14,))},
         chunk_size=preset.chunk_size, n_action_steps=preset.n_action_steps, dim_model=preset.dim_model,
@@ -42,9 +54,11 @@ def make_act_policy(ds: RecordedDataset, cameras: list[str], preset: ACTPreset, 
         optimizer_lr_backbone=preset.lr, vision_backbone=preset.vision_backbone,
         pretrained_backbone_weights=None,  # torchvision would download them; a local file is loaded below
         temporal_ensemble_coeff=temporal_ensemble_coeff, device=device, push_to_hub=False,
+        normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD, "STATE": NormalizationMode.MEAN_STD,
+                               "ENV": NormalizationMode.MEAN_STD, "ACTION": NormalizationMode.MEAN_STD},
     )
     policy = ACTPolicy(cfg)
-    if backbone_weights:
+    if backbone_weights and cameras:
         load_backbone_weights(policy, backbone_weights)
     policy.to(device)
     pre, post = make_pre_post_processors(cfg, dataset_stats=normalisation_stats(ds))

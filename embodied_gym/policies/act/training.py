@@ -21,6 +21,7 @@ import torch
 
 from embodied_gym import atomic
 from embodied_gym.checkpoints import CheckpointStore
+from embodied_gym.data import features as F
 from embodied_gym.data.reader import open_dataset
 from embodied_gym.policies.act.checkpoints import load_training_state, save_checkpoint
 from embodied_gym.policies.act.configuration import ACTTrainConfig
@@ -67,20 +68,27 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
                               f"another --out")
     ds = open_dataset(cfg.dataset)
     episodes = ds.check_episodes(cfg.episodes) if cfg.episodes is not None else None
-    cameras = select_cameras(ds, cfg.cameras)
+    use_env = _use_env_state(ds, cfg)
+    use_images = cfg.images if cfg.images is not None else bool(ds.cameras) or not use_env
+    cameras = select_cameras(ds, cfg.cameras) if use_images else []
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     t0 = time.time()
-    frames = load_training_frames(ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress)
+    frames = load_training_frames(ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress,
+                                  env_state=use_env)
     decode_time = time.time() - t0
     task = ds.task
-    recorded = list(ds.image_size(cameras[0]))
-    meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": list(frames.images[next(iter(frames.images))].shape[-2:]),
+    recorded = list(ds.image_size(cameras[0])) if cameras else None
+    trained = list(frames.images[next(iter(frames.images))].shape[-2:]) if frames.images else None
+    meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": trained,
             "control_mode": "joint_pos", "dataset": str(cfg.dataset), "task": task, "preset": cfg.preset,
             "settings": asdict(preset), "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff}
+    if use_env:
+        meta["env_state"] = list(ds.features[F.ENV_STATE].get("names") or [])
+        meta["pose_estimator"] = _pose_estimator_of(ds, episodes)
 
     policy, pre, post = make_act_policy(ds, cameras, preset, cfg.temporal_ensemble_coeff, cfg.device,
-                                        cfg.backbone_weights)
+                                        cfg.backbone_weights, env_state=use_env)
     optimizer = torch.optim.AdamW(policy.get_optim_params(), lr=preset.lr, weight_decay=1e-4)
     step = 0
     if last is not None:
@@ -123,6 +131,29 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     train_time = time.time() - t_train
     plot_training_log(log_path, out / "loss.png")
     return TrainResult(str(out), str(ckpt / "pretrained_model"), step, loss_value, train_time, decode_time)
+
+
+def _use_env_state(ds, cfg: ACTTrainConfig) -> bool:
+    present = F.ENV_STATE in ds.features
+    if cfg.env_state and not present:
+        raise ValueError(f"--env-state: dataset {ds.root} has no {F.ENV_STATE}; record it with "
+                         f"`embodied-gym record --pose-estimator DIR`, or drop --env-state")
+    return present if cfg.env_state is None else bool(cfg.env_state)
+
+
+def _pose_estimator_of(ds, episodes) -> dict | None:
+    """The pose estimator the dataset's environment state came from (its sidecar rows name it).
+
+    Raises:
+        ValueError: the training episodes were recorded with different estimators (their
+            observations would not be one observation space).
+    """
+    rows = [r for r in ds.rows() if episodes is None or r["episode_index"] in set(episodes)]
+    seen = {json.dumps(r.get("pose_estimator"), sort_keys=True) for r in rows}
+    if len(seen) > 1:
+        raise ValueError(f"dataset {ds.root}: its episodes were recorded with different pose estimators "
+                         f"({sorted(seen)}); train on episodes of one (--episodes)")
+    return json.loads(seen.pop()) if seen else None
 
 
 def plot_training_log(log_path: Path, png: Path) -> None:
