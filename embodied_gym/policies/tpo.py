@@ -239,6 +239,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     log = [row for row in log if row["iteration"] <= start_iter]
 
     agent = ACTAgent(last if last else cfg.policy)
+    if F.ENV_STATE in agent.policy.config.input_features:
+        raise ValueError(f"{cfg.policy} takes {F.ENV_STATE} (estimated object poses); TPO's trajectories do not "
+                         f"store it yet, so TPO supports camera/state ACT policies only")
     reference = ACTAgent(cfg.policy).policy  # π_ref: the starting policy, frozen
     reference.eval()
     for p in reference.parameters():
