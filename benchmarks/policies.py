@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import time
 from pathlib import Path
 
 import embodied_gym  # noqa: F401  (registers the ids)
+from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.reader import is_dataset, read_info
 from embodied_gym.data.recording import record
@@ -226,9 +226,7 @@ def main() -> None:
 
 
 def _save(results: dict, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, path)
+    write_json(path, results)
 
 
 def _plot(results: dict, png: Path, task: str) -> None:

@@ -189,11 +189,11 @@ def main() -> int:
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                           "torch_threads": torch.get_num_threads()},
               "command": " ".join([os.path.basename(py)] + sys.argv)}
+    from embodied_gym.atomic import write_json
+
     for path in (out / "results.json", Path(args.results)):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        os.replace(tmp, path)
+        write_json(path, result)
     print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():

@@ -15,20 +15,15 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_gym.atomic import write_text
+from embodied_gym.atomic import save_figure, write_text
 from embodied_gym.data.reader import Episode
 from embodied_gym.data.replay import ReplayResult, replay_episode
 from embodied_gym.sim import robot as layout
 
 
 def _savefig(fig, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
-    tmp = path.with_name(path.name + ".tmp.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=110)
 
 
 def plot_paths(rows: list[tuple[str, ReplayResult, ReplayResult]], path: Path) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from embodied_gym.atomic import atomic_path
 from embodied_gym.physaligner.transitions import STATE_DIM, Transitions
 
 
@@ -70,9 +71,8 @@ class Surrogate(nn.Module):
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / "surrogate.safetensors.tmp"
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(tmp))
-        os.replace(tmp, folder / "surrogate.safetensors")
+        with atomic_path(folder / "surrogate.safetensors") as tmp:
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(tmp))
         (folder / "surrogate.json").write_text(json.dumps(asdict(self.config), indent=2))
 
     @classmethod

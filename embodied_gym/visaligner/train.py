@@ -84,12 +84,6 @@ class EpisodeLatents:
     mask: torch.Tensor  # (T, 1, h, w)
 
 
-def _atomic_dir(write, final: Path) -> None:
-    """Write a directory with ``write(tmp_dir)`` and swap it in place of ``final``."""
-    with atomic_dir(final) as tmp:
-        write(tmp)
-
-
 def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode) -> EpisodeLatents:
     masks = (ep.real_mask if cfg.mask_source == "real" else ep.sim_mask) if cfg.use_masks else None
     # Condition frames are encoded one by one, so frame 0 being the reference does not matter
@@ -287,7 +281,8 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             else:
                 train_vae(pipe, episodes, tc, accelerator, loss_rows)
                 if accelerator.is_main_process:
-                    _atomic_dir(lambda d: pipe.vae.save_pretrained(d, safe_serialization=True), vae_dir)
+                    with atomic_dir(vae_dir) as d:
+                        pipe.vae.save_pretrained(d, safe_serialization=True)
                     (out / "vae_loss.json").write_text(json.dumps(loss_rows))
             if (out / "vae_loss.json").exists():
                 loss_rows = json.loads((out / "vae_loss.json").read_text())
@@ -357,7 +352,8 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             pipe.save_pretrained(d)
             cfg.save(d / CONFIG_NAME)
 
-        _atomic_dir(write_model, out / "model")
+        with atomic_dir(out / "model") as d:
+            write_model(d)
         if loss_rows:
             plot_loss(loss_rows, out / "loss.png")
     return pipe
