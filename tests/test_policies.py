@@ -396,3 +396,34 @@ def test_act_on_estimated_object_poses_end_to_end(tmp_path):
         act({k: v for k, v in obs.items() if k != KEY}, None)
     with pytest.raises(FileNotFoundError, match="--pose-estimator"):
         make_env_for(load_agent(str(out), pose_estimator=str(tmp_path / "nowhere")), sim)
+
+
+# ----------------------------------------------------------------------------- paired comparison
+def test_mcnemar_exact_on_known_tables():
+    from embodied_gym.policies.evaluate import mcnemar_exact
+
+    # 10 discordant seeds all one way: p = 2 * 0.5**10
+    assert mcnemar_exact(10, 0) == pytest.approx(2 / 1024)
+    # 8 vs 2 discordant: 2 * P(Bin(10, .5) <= 2) = 2 * 56 / 1024 (scipy.stats.binomtest(2, 10).pvalue)
+    assert mcnemar_exact(8, 2) == pytest.approx(112 / 1024)
+    assert mcnemar_exact(5, 5) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(3, 4) == mcnemar_exact(4, 3)
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
+
+
+def test_paired_comparison_counts_only_shared_seeds():
+    from scipy.stats import binomtest
+
+    from embodied_gym.policies.evaluate import paired_comparison
+
+    a = {s: s % 2 == 0 for s in range(100)}  # 50 %
+    b = {s: s % 4 == 0 for s in range(100)}  # 25 %, a subset of a's successes
+    b[1000] = True  # a seed a never ran: ignored
+    c = paired_comparison(a, b)
+    assert (c.n, c.both, c.only_a, c.only_b, c.neither) == (100, 25, 25, 0, 50)
+    assert c.rate_a == 0.5 and c.rate_b == 0.25
+    assert c.p_value == pytest.approx(binomtest(0, 25, 0.5).pvalue)
+    assert c.p_value < 1e-6
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_comparison({1: True}, {2: True})

@@ -30,6 +30,68 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
 
 
 @dataclass
+class PairedComparison:
+    """Two policies evaluated on the same seeds: the 2x2 table of per-seed outcomes and the exact
+    McNemar test (a two-sided binomial test on the discordant seeds)."""
+
+    n: int  # seeds both policies ran
+    both: int  # seeds both succeeded on
+    only_a: int  # seeds only policy a succeeded on
+    only_b: int  # seeds only policy b succeeded on
+    neither: int
+    rate_a: float
+    rate_b: float
+    p_value: float  # two-sided exact McNemar: P(a split at least this uneven | no difference)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def summary(self, a: str = "a", b: str = "b") -> str:
+        return (f"{a} {self.rate_a:.0%} vs {b} {self.rate_b:.0%} on {self.n} paired seeds: {self.only_a} seeds only "
+                f"{a}, {self.only_b} only {b}; exact McNemar p = {self.p_value:.3g}")
+
+
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant counts: under "no difference" each of the
+    ``only_a + only_b`` discordant seeds goes either way with probability 1/2, so
+    ``p = min(1, 2 * P(Binomial(n, 1/2) <= min(only_a, only_b)))``; 1 when there is no discordant seed."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be >= 0, got {only_a}, {only_b}")
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2.0 * tail)
+
+
+def paired_comparison(a: dict[int, bool], b: dict[int, bool]) -> PairedComparison:
+    """Compare two evaluations seed by seed (``{seed: success}`` each, e.g. from
+    :func:`successes_by_seed`): only seeds both ran count.
+
+    Raises:
+        ValueError: the evaluations share no seed (they were not run on the same seeds).
+    """
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("the two evaluations share no seed: evaluate both with the same --seed and episodes")
+    both = sum(a[s] and b[s] for s in seeds)
+    only_a = sum(a[s] and not b[s] for s in seeds)
+    only_b = sum(b[s] and not a[s] for s in seeds)
+    n = len(seeds)
+    return PairedComparison(n=n, both=both, only_a=only_a, only_b=only_b, neither=n - both - only_a - only_b,
+                            rate_a=sum(a[s] for s in seeds) / n, rate_b=sum(b[s] for s in seeds) / n,
+                            p_value=mcnemar_exact(only_a, only_b))
+
+
+def successes_by_seed(result: "EvalResult | dict") -> dict[int, bool]:
+    """``{seed: success}`` of an :class:`EvalResult` or its JSON (``evaluate_policy(out=...)``)."""
+    rows = result.per_episode if isinstance(result, EvalResult) else result["per_episode"]
+    return {int(r.seed if isinstance(r, EpisodeResult) else r["seed"]):
+            bool(r.success if isinstance(r, EpisodeResult) else r["success"]) for r in rows}
+
+
+@dataclass
 class EpisodeResult:
     episode: int
     seed: int
