@@ -1,24 +1,40 @@
-"""The paper's policy experiment (EmbodieDreamer, arXiv 2507.05198) against the stand-in robot, CPU-sized.
+"""The paper's policy experiment (EmbodieDreamer, arXiv 2507.05198, section 4) on the stand-in robot,
+sized for 2 CPU cores: ACT on joint state + the camera's object-pose estimate.
 
-Rows (all evaluated on the stand-in robot, ``EmbodieDreamer-<Task>-Real-v0``):
+Every policy is LeRobot's ACT reading ``observation.state`` (the 14 joint positions) and
+``observation.environment_state`` (the cup's x, y, z as the pose estimator sees it in the
+``cam_high`` frame; :mod:`embodied_gym.perception`). The camera stays in the loop: on the stand-in
+the estimate comes from the stand-in's own camera frames, never from its simulator state.
 
-(a) ACT on ``--demos`` stand-in demonstrations, three cameras (cam_high + both wrists)
-(b) the same, cam_high only
-(c) ACT, cam_high only, trained in the aligned sim: expert demonstrations in the sim with the
-    calibrated physics (``--physics``) whose frames VisAligner renders (``--visaligner``); without
-    ``--visaligner``, plain sim renders (and nominal physics without ``--physics``)
-(d) (c) after TPO in the same (aligned) sim
+Rows (each evaluated on the stand-in robot, ``EmbodieDreamer-PickCup-Real-v0``, on the same
+``--eval-episodes`` seeds ``--eval-seed + i``):
 
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench_policies \
-        [--physics result.json --visaligner DIR] [--steps 2000] [--eval-episodes 50]
+(a) ACT on ``--standin-demos`` scripted-expert demonstrations recorded on the stand-in;
+(b) ACT on ``--sim-demos`` demonstrations generated in the nominal sim;
+(c) ACT on ``--sim-demos`` demonstrations generated in the calibrated sim (PhysAligner's physics,
+    delay and backlash fitted to the stand-in demonstrations of row a);
+(d) (c) after TPO in the calibrated sim (perception-wrapped observations);
+(e) (c)'s data with the estimate of a pose estimator trained on raw sim renders (``--raw-estimator``)
+    instead of ``--estimator``;
 
-The demo (``embodied-gym demo``) produces both inputs: ``runs/<name>/calibrate/result.json`` and
-``runs/<name>/visaligner/train/model``.
+plus (c) in its own sim (the in-domain figure). Rows (b), (c) and (e) use the same episode seeds, so
+they differ only in physics or estimator. Each comparison is a paired exact McNemar test on the
+evaluation seeds (:func:`embodied_gym.policies.evaluate.paired_comparison`).
 
-Every stage is skipped when its output exists, so an interrupted run resumes (and a changed setting
-needs a new ``--out``; rows (c)/(d) with and without ``--visaligner`` use separate folders). Results go to
-``<out>/results.json`` and a bar chart with Wilson 95 % intervals to ``<out>/policies.png``
-(``--figure`` copies it, e.g. to benchmarks/figures/).
+    # the two pose estimators (BENCHMARKS.md, perception section)
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --out runs/bench/perception
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --variants randomized --sim-episodes 200 \\
+        --steps 4000 --batch-size 64 --out runs/bench/perception_200
+    # this benchmark
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench/policies \\
+        --estimator runs/bench/perception_200/models/randomized/model \\
+        --raw-estimator runs/bench/perception/models/raw/model
+
+Every stage writes its output atomically and is skipped when it is there, so an interrupted run
+resumes where it stopped (a changed setting needs a new ``--out``). ``--rows`` runs a subset, in the
+order given; two processes with different ``--rows`` may share ``--out`` once the data stages are done
+(``--stages data`` runs only those). Results: ``<out>/results.json``, the table on stdout, and a bar
+chart with Wilson 95 % intervals at ``<out>/policies.png`` (``--figure`` copies it).
 """
 
 from __future__ import annotations
@@ -32,54 +48,62 @@ from pathlib import Path
 import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
-from embodied_gym.data.reader import is_dataset, read_info
+from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 from embodied_gym.data.recording import record
-from embodied_gym.data.writer import DEFAULT_CRF
+from embodied_gym.factory import make_env
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
-from embodied_gym.policies.evaluate import evaluate_policy
-from embodied_gym.policies.loading import ExpertAgent, make_env_for
-from embodied_gym.policies.tpo import TPOConfig, train_tpo
-from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligned_demos
+from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
 
-THREE = ("cam_high", "cam_left_wrist", "cam_right_wrist")
+ROWS = {
+    "a": "ACT, stand-in demos",
+    "b": "ACT, nominal-sim demos",
+    "c": "ACT, calibrated-sim demos",
+    "d": "(c) after TPO in the calibrated sim",
+    "e": "(c) with perception trained on raw sim renders",
+}
+#: (better, worse) pairs the issue's targets compare, as "row x beats row y"
+COMPARISONS = [("c", "b"), ("c", "a"), ("d", "c"), ("c", "e")]
 
 
-def _record(env_id: str, root: Path, episodes: int, cameras, image_size, args, physics=None, seed=0) -> float:
+def _say(msg: str) -> None:
+    print(f"[policies] {msg}", flush=True)
+
+
+def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, args, physics=None) -> dict:
+    """Scripted-expert demonstrations in ``env_id`` with the estimator's pose estimate as the
+    environment state (no video stored: ACT reads the estimate, not the frames)."""
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
-    if have:
-        if have >= episodes:
-            return float("nan")
-    agent = ExpertAgent()
-    env = make_env_for(agent, env_id, physics=physics, obs_type="pixels_state", cameras=tuple(cameras),
-                       image_size=tuple(image_size))
-    t0 = time.time()
-    try:
-        record(env, agent, root, episodes - have, seed=seed, env_id=env_id, resume=have > 0,
-               after_success_steps=args.after_success_steps, crf=args.crf)
-    finally:
-        env.close()
-    return time.time() - t0
+    if have < episodes:
+        _say(f"recording {episodes - have} demos in {env_id} -> {root}")
+        env = make_env(env_id, physics=physics, pose_estimator=estimator, obs_type="pixels_state")
+        try:
+            record(env, embodied_gym.make_expert(env), root, episodes - have, seed=seed, env_id=env_id,
+                   resume=is_dataset(root), after_success_steps=args.after_success_steps, cameras=())
+        finally:
+            env.close()
+    rows = read_sidecar(root)
+    return {"dataset": str(root), "episodes": episodes,
+            "expert_success": sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)}
 
 
-def _first_real_frame(dataset: Path, png: Path) -> Path:
-    from PIL import Image
+def _calibrate(dataset: Path, out: Path, args) -> str:
+    from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
 
-    from embodied_gym.data.reader import open_dataset
-
-    if not png.exists():
-        if not is_dataset(dataset):
-            raise SystemExit(f"no stand-in recording at {dataset} to take the reference frame from: run row a or b "
-                             f"first, or pass --reference IMAGE")
-        Image.fromarray(open_dataset(dataset).frames("cam_high", 0)[0]).save(png)
-    return png
+    result = out / "result.json"
+    if not result.exists():
+        _say(f"calibrating on {dataset} (PhysAligner, {args.calibration_budget:g} s)")
+        calibrate(str(dataset), args.task, result, None, CalibrationConfig(budget_s=args.calibration_budget))
+    return str(result)
 
 
-def _train(dataset: Path, out: Path, cameras, args) -> float:
+def _train(dataset: str, out: Path, args) -> float:
     ckpt = latest_checkpoint(out)
     if ckpt is None or int(ckpt.name) < args.steps:
-        train_act(ACTTrainConfig(dataset=str(dataset), out=str(out), preset="cpu", cameras=tuple(cameras),
-                                 steps=args.steps, resume=ckpt is not None, num_threads=args.threads,
-                                 save_every=max(100, args.steps // 4)))
+        _say(f"training ACT on {dataset} -> {out}")
+        train_act(ACTTrainConfig(dataset=dataset, out=str(out), preset="cpu", images=False, env_state=True,
+                                 steps=args.steps, batch_size=args.batch_size, chunk_size=args.chunk_size,
+                                 resume=ckpt is not None, num_threads=args.threads,
+                                 save_every=max(100, args.steps // 4), overrides=dict(args.act_override)))
     return _train_time(out / "train_log.jsonl")
 
 
@@ -94,163 +118,184 @@ def _train_time(log: Path) -> float:
     return total + last
 
 
-def _eval(policy: Path, env_id: str, out: Path, args) -> dict:
+def _eval(policy: Path, env_id: str, out: Path, args, physics=None) -> dict:
     if not out.exists():
-        evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out))
+        _say(f"evaluating {policy} on {env_id} ({args.eval_episodes} episodes)")
+        evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
+                        temporal_ensemble_coeff=args.temporal_ensemble)
     return json.loads(out.read_text())
+
+
+def _row(name: str, ev: dict, **extra) -> dict:
+    return {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"], "episodes": ev["episodes"],
+            "mean_return": ev["mean_return"], "eval_wall_time_s": ev["wall_time_s"],
+            "successes": {str(k): v for k, v in successes_by_seed(ev).items()}, **extra}
+
+
+def _override(text: str) -> tuple[str, object]:
+    key, _, value = text.partition("=")
+    if not value:
+        raise argparse.ArgumentTypeError(f"--act-override {text!r}: write NAME=VALUE, e.g. dim_model=256")
+    return key, json.loads(value) if value[0] in "0123456789-[{tf" else value
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="PickCup")
-    p.add_argument("--out", default="runs/bench_policies")
-    p.add_argument("--demos", type=int, default=50)
-    p.add_argument("--image-size", nargs=2, type=int, default=[72, 96],
-                   help="recorded frame size; ACT trains at exactly this size (the cpu preset keeps it)")
+    p.add_argument("--out", default="runs/bench/policies")
+    p.add_argument("--estimator", required=True, help="pose estimator folder of rows a-d (and the calibrated sim)")
+    p.add_argument("--raw-estimator", help="pose estimator trained on raw sim renders (row e)")
+    p.add_argument("--physics", help="a calibration result JSON to use instead of calibrating here")
+    p.add_argument("--calibration-budget", type=float, default=240.0, help="PhysAligner's budget, s")
+    p.add_argument("--standin-demos", type=int, default=50)
+    p.add_argument("--sim-demos", type=int, default=200, help="demos generated in each sim (rows b, c, e)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
-    p.add_argument("--crf", type=int, default=DEFAULT_CRF, help="video quality (lower keeps more; 0 lossless)")
-    p.add_argument("--steps", type=int, default=2000, help="ACT steps per row (cpu preset)")
-    p.add_argument("--eval-episodes", type=int, default=50)
+    p.add_argument("--steps", type=int, default=8000, help="ACT optimisation steps per row")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--chunk-size", type=int, default=20)
+    p.add_argument("--act-override", type=_override, action="append", default=[],
+                   help="another ACTPreset field, NAME=VALUE (repeatable)")
+    p.add_argument("--temporal-ensemble", type=float, default=0.01,
+                   help="ACT's temporal ensembling coefficient at evaluation (ACT's 0.01)")
+    p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
-    p.add_argument("--physics", help="PhysAligner result JSON for the aligned sim (rows c, d)")
-    p.add_argument("--visaligner", help="VisAligner model folder (rows c, d): the aligned sim's camera")
-    p.add_argument("--visaligner-steps", type=int, default=10, help="VisAligner denoising steps (rows c, d)")
-    p.add_argument("--reference", help="real frame the aligned-sim episodes start from (default: the first "
-                                       "stand-in demo's first cam_high frame)")
     p.add_argument("--tpo-iterations", type=int, default=2)
-    p.add_argument("--tpo-rollouts", type=int, default=8)
+    p.add_argument("--tpo-rollouts", type=int, default=16)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
-    p.add_argument("--tpo-laplace-scale", type=float, default=0.1, help="b of TPO's Laplace likelihood")
-    p.add_argument("--tpo-sft-weight", type=float, default=0.0, help="TPO's optional L1 anchor (0: the paper's loss)")
-    p.add_argument("--rows", nargs="+", default=["a", "b", "c", "d"])
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
+                   choices=[*ROWS, "c_sim"])
+    p.add_argument("--stages", choices=["all", "data"], default="all",
+                   help="data: only record and calibrate (then run rows in parallel processes)")
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--figure", help="also copy the figure here")
     args = p.parse_args()
-    if args.visaligner and not args.physics:
-        raise SystemExit("--visaligner needs --physics too: row (c) is the aligned sim (calibrated physics and "
-                         "VisAligner frames); run `embodied-gym calibrate` first, or the demo, which does both")
+    if "e" in args.rows and not args.raw_estimator:
+        p.error("row e needs --raw-estimator (a pose estimator trained on raw sim renders)")
 
+    import torch
+
+    torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    real = f"EmbodieDreamer-{args.task}-Real-v0"
-    sim = f"EmbodieDreamer-{args.task}-v0"
+    real = embodied_gym.env_id(args.task, real=True)
+    sim = embodied_gym.env_id(args.task)
     results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    timings = results.get("_settings", {}).get("timings", {})
-    cams_a = THREE if "a" in args.rows else ("cam_high",)  # row (b) uses cam_high of the same recording
+    t0 = time.time()
 
-    if {"a", "b"} & set(args.rows):
-        t = _record(real, out / "data_standin", args.demos, cams_a, args.image_size, args)
-        if t == t:  # NaN when the dataset was already there
-            timings["record_standin_s"] = t
-    sim_data = out / "data_sim"
-    if {"c", "d"} & set(args.rows) and args.visaligner:
-        # the aligned sim: expert demos in the calibrated sim, frames rendered by VisAligner from a real frame
-        t0 = time.time()
-        reference = args.reference or str(_first_real_frame(out / "data_standin", out / "reference.png"))
-        gen = generate_aligned_demos(AlignedDemosConfig(
-            task=args.task, episodes=args.demos, physics=args.physics, model=args.visaligner, reference=reference,
-            image_size=tuple(args.image_size), seed=50_000, num_inference_steps=args.visaligner_steps,
-            after_success_steps=args.after_success_steps, crf=args.crf),
-            out / "data_aligned")
-        sim_data = Path(gen["dataset"])
-        timings.setdefault("generate_aligned_s", time.time() - t0)
-    elif {"c", "d"} & set(args.rows):
-        t = _record(sim, sim_data, args.demos, ("cam_high",), args.image_size, args, physics=args.physics,
-                    seed=50_000)
-        if t == t:
-            timings["record_sim_s"] = t
+    # data: the stand-in demos, the calibration, and the generated sim demos (same seeds in each sim)
+    rows_needing = {"a": ["standin"], "b": ["nominal"], "c": ["calibrated"], "c_sim": ["calibrated"],
+                    "d": ["calibrated"], "e": ["calibrated_raw"]}
+    needed = {d for r in args.rows for d in rows_needing[r]}
+    data = {}
+    standin = _demos(real, out / "data_standin", args.standin_demos, 0, args.estimator, args)
+    data["standin"] = standin
+    physics = args.physics or _calibrate(Path(standin["dataset"]), out / "calibrate", args)
+    if "nominal" in needed:
+        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args)
+    if "calibrated" in needed:
+        data["calibrated"] = _demos(sim, out / "data_calibrated", args.sim_demos, 50_000, args.estimator, args,
+                                    physics=physics)
+    if "calibrated_raw" in needed:
+        data["calibrated_raw"] = _demos(sim, out / "data_calibrated_raw", args.sim_demos, 50_000, args.raw_estimator,
+                                        args, physics=physics)
+    if args.stages == "data":
+        _say(f"data stages done in {time.time() - t0:.0f} s")
+        return
 
-    rows = {
-        "a": ("ACT, stand-in demos, 3 cameras", out / "data_standin", cams_a),
-        "b": ("ACT, stand-in demos, cam_high", out / "data_standin", ("cam_high",)),
-        "c": ("ACT, aligned sim (calibrated physics, VisAligner frames), cam_high" if args.visaligner else
-              "ACT, sim demos, cam_high" + (" (calibrated physics)" if args.physics else " (nominal physics)"),
-              sim_data, ("cam_high",)),
-    }
-    results["_settings"] = {"task": args.task, "demos": args.demos, "image_size": args.image_size,
-                            "after_success_steps": args.after_success_steps, "crf": args.crf,
-                            "steps": args.steps, "eval_episodes": args.eval_episodes, "physics": args.physics,
-                            "visaligner": args.visaligner, "visaligner_steps": args.visaligner_steps,
-                            "timings": timings}
-    # rows (c)/(d) in the aligned sim and in the plain sim never share output folders
-    mode = "_aligned" if args.visaligner else ""
-    folder = {"a": "a", "b": "b", "c": f"c{mode}", "mode": mode}
+    source = {"a": "standin", "b": "nominal", "c": "calibrated", "e": "calibrated_raw"}
     for key in args.rows:  # in the order given; results are saved after every row
-        if key in ("a", "b", "c"):
-            name, data, cams = rows[key]
-            t = _train(data, out / f"act_{folder[key]}", cams, args)
-            ev = _eval(out / f"act_{folder[key]}", real, out / f"eval_{folder[key]}.json", args)
-            results[key] = {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"],
-                            "episodes": ev["episodes"], "mean_return": ev["mean_return"], "train_time_s": t,
-                            "steps": args.steps}
+        results = json.loads(results_path.read_text()) if results_path.exists() else {}
+        if key in source:
+            t = _train(data[source[key]]["dataset"], out / f"act_{key}", args)
+            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
+            results[key] = _row(ROWS[key], ev, train_time_s=t, steps=args.steps, data=data[source[key]])
+        elif key == "c_sim":
+            t = _train(data["calibrated"]["dataset"], out / "act_c", args)
+            ev = _eval(out / "act_c", sim, out / "eval_c_sim.json", args, physics=physics)
+            results[key] = _row("(c) in its own (calibrated) sim", ev, train_time_s=t, steps=args.steps)
         elif key == "d":
-            t_c = _train(sim_data, out / f"act_{folder['c']}", ("cam_high",), args)
-            b, w = args.tpo_laplace_scale, args.tpo_sft_weight
-            # the default TPO is row (d); other likelihood scales and the optional anchor are extra rows
-            tag = "d" + ("" if b == 0.1 else f"_b{b:g}") + ("" if not w else f"_sft{w:g}")
-            tpo_out = out / f"tpo_{tag}{folder['mode']}"
-            log = train_tpo(TPOConfig(policy=str(out / f"act_{folder['c']}"), env_id=sim, out=str(tpo_out),
+            from embodied_gym.policies.tpo import TPOConfig, train_tpo
+
+            t_c = _train(data["calibrated"]["dataset"], out / "act_c", args)
+            tpo_out = out / "tpo_d"
+            log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
-                                      pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=args.physics,
-                                      visaligner=args.visaligner, visaligner_steps=args.visaligner_steps,
-                                      laplace_scale=b, sft_weight=w, num_threads=args.threads))
+                                      pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
+                                      num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
-            ev = _eval(tpo_out, real, out / f"eval_{tag}{folder['mode']}.json", args)
-            results[tag] = {"row": f"(c) after TPO (Laplace b={b:g}" + (f", L1 anchor {w:g})" if w else ")"),
-                            "success_rate": ev["success_rate"],
-                            "ci95": ev["ci95"],
-                            "episodes": ev["episodes"], "mean_return": ev["mean_return"],
-                            "train_time_s": t_c + tpo_time, "tpo_time_s": tpo_time,
-                            "tpo": {"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
-                                    "pairs": args.tpo_pairs, "epochs": args.tpo_epochs, "laplace_scale": b,
-                                    "sft_weight": w,
-                                    "loss_last": [r["loss_last"] for r in log],
-                                    "rollout_success": [r["rollout_success_rate"] for r in log],
-                                    "score_mean": [r["score_mean"] for r in log]}}
-        _save(results, results_path)
+            ev = _eval(tpo_out, real, out / "eval_d.json", args)
+            results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
+                                tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
+                                     "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
+                                     "rollout_success": [r["rollout_success_rate"] for r in log]})
+        results["_comparisons"] = _comparisons(results)
+        results["_settings"] = {k: v for k, v in vars(args).items() if k not in ("rows", "stages", "figure")}
+        results["_settings"]["physics"] = physics
+        write_json(results_path, results)
         _plot(results, out / "policies.png", args.task)
         if args.figure:
             Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(out / "policies.png", args.figure)
-    print("| row | success on the stand-in (95 % CI) | mean return | training time |")
+    print_table(json.loads(results_path.read_text()))
+
+
+def _comparisons(results: dict) -> list[dict]:
+    out = []
+    for x, y in COMPARISONS:
+        if x in results and y in results:
+            c = paired_comparison({int(k): v for k, v in results[x]["successes"].items()},
+                                  {int(k): v for k, v in results[y]["successes"].items()})
+            out.append({"a": x, "b": y, **c.to_json()})
+    return out
+
+
+def print_table(results: dict) -> None:
+    print("| row | success on the stand-in (Wilson 95 % CI) | episodes | ACT training time |")
     print("|---|---|---|---|")
-    for key in sorted(k for k in results if not k.startswith("_")):
-        if key in results:
-            r = results[key]
-            lo, hi = r["ci95"]
-            print(f"| ({key}) {r['row']} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}), n={r['episodes']} | "
-                  f"{r['mean_return']:.1f} | {r['train_time_s'] / 60:.1f} min |")
-
-
-def _save(results: dict, path: Path) -> None:
-    write_json(path, results)
+    for key in [k for k in [*ROWS, "c_sim"] if k in results]:
+        r = results[key]
+        lo, hi = r["ci95"]
+        where = " (calibrated sim)" if key == "c_sim" else ""
+        print(f"| ({key}) {r['row']}{where} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {r['episodes']} | "
+              f"{r['train_time_s'] / 60:.1f} min |")
+    print()
+    print("| comparison (same seeds) | rates | only first / only second succeeded | exact McNemar p |")
+    print("|---|---|---|---|")
+    for c in results.get("_comparisons", []):
+        print(f"| ({c['a']}) vs ({c['b']}) | {c['rate_a']:.0%} vs {c['rate_b']:.0%} | {c['only_a']} / {c['only_b']} | "
+              f"{c['p_value']:.3g} |")
 
 
 def _plot(results: dict, png: Path, task: str) -> None:
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted(k for k in results if not k.startswith("_"))
+    from embodied_gym.atomic import save_figure
+
+    keys = [k for k in [*ROWS, "c_sim"] if k in results]
     if not keys:
         return
     rates = [results[k]["success_rate"] for k in keys]
-    err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)], [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
-    import textwrap
-
+    err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)],
+           [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color="#4c78a8")
-    ax.set_xticks(range(len(keys)), [f"({k})\n" + textwrap.fill(results[k]["row"], 22) for k in keys], fontsize=7)
+    colours = ["#bbbbbb" if k == "c_sim" else "#4c78a8" for k in keys]
+    ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color=colours)
+    labels = [f"({k})\n" + textwrap.fill(results[k]["row"], 20) for k in keys]
+    ax.set_xticks(range(len(keys)), labels, fontsize=7)
     ax.set_ylim(0, 1)
-    ax.set_ylabel("success on the stand-in robot")
-    ax.set_title(f"{task}: the paper's ACT rows (stand-in, Wilson 95 % CI)")
+    ax.set_ylabel("success rate")
+    n = results[keys[0]]["episodes"]
+    ax.set_title(f"{task}: ACT on joint state + camera pose estimate, stand-in robot ({n} paired seeds; "
+                 f"grey: in its own sim)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
+    save_figure(fig, png)
 
 
 if __name__ == "__main__":
