@@ -257,9 +257,9 @@ def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
 def _estimator_description(env, previous: dict | None) -> dict:
     """What a checkpoint records about the estimator its rollouts read, in the fields recording writes
     (folder, sha256, camera, frame size, output names)."""
-    wrapper = env
     from embodied_gym.perception.wrapper import PoseEstimateWrapper
 
+    wrapper = env
     while not isinstance(wrapper, PoseEstimateWrapper):
         wrapper = wrapper.env
     est = wrapper.estimator.config
@@ -374,7 +374,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
                     optimizer.step()
                     losses.append(loss.item())
-                    margins.append(float(((lw - rw) - (ll - rl)).mean()))
+                    margins.append(float(((lw - rw) - (ll - rl)).mean().detach()))
                 bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size):]):.4f}")
             row = {
                 "iteration": it + 1, "rollouts": len(trajs), "pairs": len(pairs),
