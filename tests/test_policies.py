@@ -170,6 +170,7 @@ def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
     t1 = rollout(agent, env, "PickCup", 11, 0.1, rng)
     t2 = rollout(agent, env, "PickCup", 12, 0.1, rng)
     env.close()
+    assert t1.env_state is None and set(t1.images) == {"observation.images.cam_high"}  # no pose estimate
     lik, ref = ACTLikelihood(agent.policy, agent.pre, 0.1), ACTLikelihood(reference, agent.pre, 0.1)
     agent.policy.eval()
 
@@ -232,6 +233,9 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     assert isinstance(agent, ACTAgent)
     with pytest.raises(ValueError, match="sim id"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
+    with pytest.raises(ValueError, match="does not read estimated object poses"):
+        train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "t3"),
+                            pose_estimator=str(tmp_path)))
 
 
 def test_sb3_model_loads_as_agent_and_evaluates(tmp_path):

@@ -26,6 +26,16 @@ at step ``s + j`` is element ``j`` of the chunk predicted at ``o_s``, and that e
 executed action equal to ``â`` and the L1 likelihood's gradient zero. ``â`` is computed with ACT's
 inference path (latent zero, dropout off) and gradients on.
 
+**Policies on estimated object poses.** An ACT policy with the ``observation.environment_state``
+input (trained on a dataset recorded with ``--pose-estimator``) rolls out in the sim env wrapped with
+:class:`~embodied_gym.perception.PoseEstimateWrapper` and the estimator its
+``embodied_gym_policy.json`` names (``pose_estimator``: folder and sha256 of its weights; a folder
+whose weights changed is refused) or ``TPOConfig.pose_estimator``'s, as ``eval`` does. Each trajectory
+stores the estimate the policy saw at every query step (``obs["object_pose_estimate"]``, computed from
+the camera frame, never the simulator's state), and the likelihoods are computed on batches that
+include it. The checkpoints keep ``env_state`` and name the estimator the rollouts used, so ``eval``
+rebuilds the observation TPO trained on.
+
 **Optional anchor (not in the paper).** Minimising the preference loss alone can push both
 likelihoods down as long as the rejected one falls faster, which drifts a weak policy away from
 anything it did well. ``sft_weight`` > 0 adds ``sft_weight`` × ACT's L1 loss on the preferred
@@ -81,6 +91,9 @@ class TPOConfig:
     eval_episodes: int = setting(0, help="greedy evaluation episodes after each iteration")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
     max_episode_steps: int | None = setting(None, help="rollout length (default: the env's time limit)")
+    pose_estimator: str | None = setting(None, help="pose estimator folder for a policy on estimated object poses "
+                                                    "(observation.environment_state); default: the one its "
+                                                    "embodied_gym_policy.json names")
     progress: bool = setting(True, cli=False)
 
     def n_rollouts(self) -> int:
@@ -90,7 +103,8 @@ class TPOConfig:
 @dataclass
 class Trajectory:
     """What TPO needs of one rollout: the observations where the policy was queried and the
-    actions executed from each of those queries."""
+    actions executed from each of those queries. ``env_state`` is the pose estimate the policy read
+    at each query step (``obs["object_pose_estimate"]``), None for a policy without that input."""
 
     seed: int
     states: torch.Tensor  # (Q, 14) at each query step
@@ -102,6 +116,7 @@ class Trajectory:
     score: float
     ret: float
     length: int
+    env_state: torch.Tensor | None = None  # (Q, E) float32 at each query step: the estimate the policy saw
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -135,13 +150,20 @@ class ACTLikelihood:
     def __init__(self, policy, preprocessor, scale: float):
         self.policy, self.pre, self.scale = policy, preprocessor, scale
 
-    def chunk_predictions(self, states, images: dict, actions):
-        """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows."""
+    def chunk_predictions(self, states, images: dict, actions, env_state=None):
+        """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows.
+        ``env_state`` (Q, E): the pose estimates, for a policy with the environment-state input."""
         batch = {F.STATE: states, F.ACTION: actions}
         batch.update({k: v.float() / 255.0 for k, v in images.items()})
+        if F.ENV_STATE in self.policy.config.input_features:
+            if env_state is None:
+                raise ValueError(f"the policy takes {F.ENV_STATE} (estimated object poses) but the trajectory has "
+                                 f"none; roll it out in an env wrapped with PoseEstimateWrapper (train_tpo does)")
+            batch[F.ENV_STATE] = env_state
         batch = self.pre(batch)
         actions_norm = batch.pop(F.ACTION)
-        batch[F.IMAGES] = [batch[k] for k in self.policy.config.image_features]
+        if self.policy.config.image_features:  # ACT takes its batch size from the first image when present
+            batch[F.IMAGES] = [batch[k] for k in self.policy.config.image_features]
         predicted = self.policy.model(batch)[0]  # inference path: no "action" key -> latent 0
         k = actions_norm.shape[1]
         return actions_norm, predicted[:, :k]
@@ -149,7 +171,7 @@ class ACTLikelihood:
     def log_prob(self, traj: Trajectory, with_l1: bool = False):
         """``log π(τ)``; with ``with_l1`` also the mean L1 error per executed action (ACT's own
         training loss on this trajectory, normalised units)."""
-        a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions)
+        a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions, traj.env_state)
         mask = traj.mask.float()
         logp = laplace_log_prob(a, pred, mask, self.scale).sum()
         if not with_l1:
@@ -160,18 +182,22 @@ class ACTLikelihood:
 # ----------------------------------------------------------------------------- rollouts
 def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Generator) -> Trajectory:
     """One episode of ``agent`` (an :class:`~embodied_gym.policies.loading.ACTAgent`) sampling
-    its Laplace policy; stores the query observations and the executed actions."""
+    its Laplace policy; stores the query observations (with the pose estimate, for a policy that
+    reads it) and the executed actions."""
     policy, k = agent.policy, agent.policy.config.n_action_steps
     std = _action_std(agent)
     obs, info = env.reset(seed=seed)
     start_info = info
     states, images, chunks, masks = [], {F.image_key(c): [] for c in agent.cameras}, [], []
+    env_states = [] if agent.env_state else None
     ret, length, done = 0.0, 0, False
     while not done:
         raw = agent.observation_batch(obs)
         with torch.no_grad():
             pred = agent.post(policy.predict_action_chunk(agent.pre(raw)))[0, :k].cpu().numpy()
         states.append(raw[F.STATE][0])
+        if env_states is not None:
+            env_states.append(raw[F.ENV_STATE][0].clone())
         for key in images:
             images[key].append((raw[key][0] * 255.0).round().to(torch.uint8))
         executed = np.zeros((k, 14), np.float32)
@@ -193,7 +219,54 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
     dist = target_distance(task, start_info, info)
     return Trajectory(seed=seed, states=torch.stack(states), images={k_: torch.stack(v) for k_, v in images.items()},
                       actions=torch.stack(chunks), mask=torch.stack(masks), success=success, distance=dist,
-                      score=trajectory_score(success, dist), ret=ret, length=length)
+                      score=trajectory_score(success, dist), ret=ret, length=length,
+                      env_state=torch.stack(env_states) if env_states is not None else None)
+
+
+def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
+    """The pose estimator folder the rollouts of ``agent`` read (None for a policy without the
+    environment-state input), checked as ``eval`` checks it (see
+    :func:`embodied_gym.policies.loading.make_env_for`): it must exist and, unless
+    ``cfg.pose_estimator`` names it, hold the weights the policy's metadata names."""
+    from embodied_gym.perception.wrapper import estimator_source
+
+    if not agent.env_state:
+        if cfg.pose_estimator:
+            raise ValueError(f"--pose-estimator {cfg.pose_estimator}: policy {agent.path} does not read estimated "
+                             f"object poses (it has no {F.ENV_STATE} input); drop the flag")
+        return None
+    where = agent.path / POLICY_META
+    folder = cfg.pose_estimator or agent.requirements.pose_estimator
+    if not folder:
+        raise ValueError(f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
+                         f"estimator; pass the estimator folder with `train tpo --pose-estimator DIR`")
+    try:
+        have = estimator_source(folder)
+    except FileNotFoundError:
+        named = "--pose-estimator" if cfg.pose_estimator else f"{where}: pose_estimator.path"
+        raise FileNotFoundError(f"the pose estimator {folder} ({named}) that policy {agent.path} reads is not "
+                                f"there; restore it or pass another with `train tpo --pose-estimator DIR`") from None
+    want = (agent.estimator_source or {}).get("sha256")
+    if want and have["sha256"] != want and not cfg.pose_estimator:
+        raise ValueError(f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
+                         f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
+                         f"`train tpo --pose-estimator {folder}` to use them anyway, or restore the original")
+    return str(folder)
+
+
+def _estimator_description(env, previous: dict | None) -> dict:
+    """What a checkpoint records about the estimator its rollouts read, in the fields recording writes
+    (folder, sha256, camera, frame size, output names)."""
+    from embodied_gym.perception.wrapper import PoseEstimateWrapper
+
+    wrapper = env
+    while not isinstance(wrapper, PoseEstimateWrapper):
+        wrapper = wrapper.env
+    est = wrapper.estimator.config
+    about = dict(previous or {})
+    about.update(wrapper.source or {})
+    about.update(camera=est.camera, image_size=list(env.unwrapped.image_size), names=list(est.output_names))
+    return about
 
 
 def _action_std(agent) -> np.ndarray:
@@ -210,7 +283,11 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     """Run (or resume) the TPO loop; returns the per-iteration log.
 
     Raises:
-        ValueError: a missing policy, env id or output folder, or a -Real- env id.
+        ValueError: a missing policy, env id or output folder, or a -Real- env id; for a policy on
+            estimated object poses, a ``pose_estimator`` folder whose weights differ from the ones
+            the policy's ``embodied_gym_policy.json`` names (without ``cfg.pose_estimator``), or one
+            with other outputs; ``cfg.pose_estimator`` for a policy that reads no estimate.
+        FileNotFoundError: the policy's pose estimator folder is missing.
     """
     from tqdm import tqdm
 
@@ -239,9 +316,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     log = [row for row in log if row["iteration"] <= start_iter]
 
     agent = ACTAgent(last if last else cfg.policy)
-    if F.ENV_STATE in agent.policy.config.input_features:
-        raise ValueError(f"{cfg.policy} takes {F.ENV_STATE} (estimated object poses); TPO's trajectories do not "
-                         f"store it yet, so TPO supports camera/state ACT policies only")
+    estimator = _estimator_for_tpo(agent, cfg)
     reference = ACTAgent(cfg.policy).policy  # π_ref: the starting policy, frozen
     reference.eval()
     for p in reference.parameters():
@@ -250,13 +325,15 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     task = env_id.task
     extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
     env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner,
-                       visaligner_steps=cfg.visaligner_steps, **extra)
+                       visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator, **extra)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:
         optimizer = load_optimizer_state(optimizer, last / "training_state")
     meta = json.loads((agent.path / POLICY_META).read_text()) if (agent.path / POLICY_META).exists() else {}
     meta.update({"tpo": asdict(cfg)})
+    if agent.env_state:  # name the estimator the rollouts read, so eval rebuilds the same observation
+        meta["pose_estimator"] = _estimator_description(env, meta.get("pose_estimator"))
     likelihood = ACTLikelihood(policy, agent.pre, cfg.laplace_scale)
     ref_likelihood = ACTLikelihood(reference, agent.pre, cfg.laplace_scale)
 
@@ -297,7 +374,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
                     optimizer.step()
                     losses.append(loss.item())
-                    margins.append(float(((lw - rw) - (ll - rl)).mean()))
+                    margins.append(float(((lw - rw) - (ll - rl)).mean().detach()))
                 bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size):]):.4f}")
             row = {
                 "iteration": it + 1, "rollouts": len(trajs), "pairs": len(pairs),
