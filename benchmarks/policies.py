@@ -75,7 +75,8 @@ def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, ar
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
     if have < episodes:
         _say(f"recording {episodes - have} demos in {env_id} -> {root}")
-        env = make_env(env_id, physics=physics, pose_estimator=estimator, obs_type="pixels_state")
+        env = make_env(env_id, physics=physics, pose_estimator=estimator, obs_type="pixels_state",
+                       camera_fps=args.camera_fps)
         try:
             record(env, embodied_gym.make_expert(env), root, episodes - have, seed=seed, env_id=env_id,
                    resume=is_dataset(root), after_success_steps=args.after_success_steps, cameras=())
@@ -149,6 +150,8 @@ def main() -> None:
     p.add_argument("--calibration-budget", type=float, default=240.0, help="PhysAligner's budget, s")
     p.add_argument("--standin-demos", type=int, default=50)
     p.add_argument("--sim-demos", type=int, default=200, help="demos generated in each sim (rows b, c, e)")
+    p.add_argument("--camera-fps", type=float, default=10.0,
+                   help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
     p.add_argument("--steps", type=int, default=8000, help="ACT optimisation steps per row")

@@ -289,3 +289,29 @@ def test_physics_changes_dynamics():
     a = _rollout(gym.make("EmbodieDreamer-PickCup-v0", obs_type="state"), 0, actions)
     b = _rollout(gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=soft), 0, actions)
     assert np.abs(a - b).max() > 0.05
+
+
+# ----------------------------------------------------------------------------- camera rate
+@pytest.mark.parametrize("env_id", ["EmbodieDreamer-PickCup-v0", "EmbodieDreamer-PickCup-Real-v0"])
+def test_camera_fps_holds_the_frame_between_camera_frames(env_id):
+    import embodied_gym
+
+    kw = {"realtime": False} if "Real" in env_id else {}
+    env = gym.make(env_id, obs_type="pixels_state", cameras=("cam_high",), image_size=(32, 40), camera_fps=10, **kw)
+    expert = embodied_gym.make_expert(env)
+    obs, info = env.reset(seed=0)
+    frames = [obs["cam_high"]]
+    for _ in range(11):
+        obs, *_, info = env.step(expert(obs, info))
+        frames.append(obs["cam_high"])
+    env.close()
+    new = [t for t in range(1, 12) if not np.array_equal(frames[t], frames[t - 1])]
+    assert new == [5, 10]  # a 10 Hz camera under 50 Hz control: a new frame every 5th step
+    assert frames[1] is not frames[0]  # held frames are copies (gymnasium's checker asks for it)
+
+
+def test_camera_fps_rejects_rates_that_do_not_divide_the_control_rate():
+    with pytest.raises(ValueError, match="camera_fps"):
+        gym.make("EmbodieDreamer-PickCup-v0", camera_fps=7)
+    with pytest.raises(ValueError, match="camera_fps"):
+        gym.make("EmbodieDreamer-PickCup-v0", camera_fps=100)

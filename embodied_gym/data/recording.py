@@ -124,6 +124,8 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     writer = EpisodeWriter(root, dataset_features(cameras, u.image_size, estimate[1] if estimate else None),
                            repo_id=repo_id, vcodec=vcodec, resume=resume, crf=crf)
     extra_row = {"pose_estimator": estimate[2]} if estimate and estimate[2] else {}
+    if getattr(u, "camera_fps", None) is not None and rendered:
+        extra_row["camera_fps"] = u.camera_fps  # frames (and estimates) are held between camera frames
     terminate_on_success = getattr(u, "terminate_on_success", None)
     if terminate_on_success is not None:
         u.terminate_on_success = False  # record() ends episodes itself, after_success_steps after success

@@ -36,6 +36,9 @@ class AlohaTaskEnv(AlohaEnv):
       path to a JSON file of them (a calibration result works too); default: nominal.
     - ``render_mode``: ``None`` or ``"rgb_array"`` (the first requested camera, else ``cam_high``).
     - ``terminate_on_success``: end the episode when the task succeeds (default True).
+    - ``camera_fps``: the cameras' frame rate (default None: a new frame every 50 Hz control step);
+      e.g. 10 renders every 5th step and the observation holds the last frame in between, as a
+      real 10 Hz camera would (and rendering costs a fifth).
 
     Action space (14-D, ``[left arm 6, left gripper, right arm 6, right gripper]``):
 
@@ -76,9 +79,10 @@ class AlohaTaskEnv(AlohaEnv):
     def __init__(self, obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
                  control_mode: str = "joint_pos", physics: PhysicsParams | str | os.PathLike | dict | None = None,
                  render_mode: str | None = None, terminate_on_success: bool = True,
-                 task: Task | str | None = None, look: SceneLook | None = None):
+                 task: Task | str | None = None, look: SceneLook | None = None, camera_fps: float | None = None):
         task = make_task(task or self.task_name) if not isinstance(task, Task) else task
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
+        self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
         self.physics = resolve_physics(physics)
         self.sim = SimCore(task, self.physics, look)
         self.model, self.data, self.idx = self.sim.model, self.sim.data, self.sim.idx
@@ -174,8 +178,9 @@ class AlohaTaskEnv(AlohaEnv):
             obs["joint_pos"] = self.sim.joint_positions()
             obs["joint_vel"] = self.sim.joint_velocities()
         if self.obs_type != "state":
+            held = self._last_obs if self._elapsed % self._camera_period else None  # between camera frames
             for cam in self.cameras:
-                obs[cam] = self.sim.render_camera(cam, self.image_size)
+                obs[cam] = held[cam].copy() if held is not None else self.sim.render_camera(cam, self.image_size)
         return sp.clip_observation(self.observation_space, obs)
 
     def _info(self, status) -> dict[str, Any]:

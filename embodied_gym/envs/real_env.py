@@ -50,6 +50,8 @@ class AlohaRealEnv(AlohaEnv):
       values; default 0.1 rad, 0.01 m); ``None`` disables it.
     - ``realtime``: hold the 50 Hz control rate with a clock (default True); ``info["overruns"]``
       counts steps that took longer than 20 ms. The stand-in may run faster with ``realtime=False``.
+    - ``camera_fps``: the cameras' frame rate (default None: a frame per control step); between two
+      frames the observation holds the last one. The stand-in then renders only the due frames.
     - ``success_fn``: ``f(obs, info) -> bool`` for robots that cannot tell success themselves.
     - ``reset_fn``: ``f(robot, seed)`` called at reset after the arms reach the start pose, e.g. to
       ask an operator to place the objects. Robots with ``reset_scene(seed)`` (the stand-in) use that.
@@ -73,9 +75,10 @@ class AlohaRealEnv(AlohaEnv):
                  terminate_on_success: bool = True, joint_map: dict[str, str] | None = None,
                  camera_map: dict[str, str] | None = None, max_relative_target=DEFAULT_MAX_RELATIVE_TARGET,
                  realtime: bool = True, success_fn: Callable[[dict, dict], bool] | None = None,
-                 reset_fn: Callable[[Any, int | None], None] | None = None):
+                 reset_fn: Callable[[Any, int | None], None] | None = None, camera_fps: float | None = None):
         task = make_task(task)
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
+        self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
         # Kinematics for ee_delta come from the (calibrated) simulator's model of the arm.
         model, idx, _ = compile_scene(task, resolve_physics(physics))
         self._init_contract(task, opts, terminate_on_success, ArmKinematics(model, idx))
@@ -106,6 +109,7 @@ class AlohaRealEnv(AlohaEnv):
         self._prev_q: np.ndarray | None = None
         self._last_frames: dict[str, np.ndarray] = {}
         self._elapsed = 0
+        self._reads = 0
         self._overruns = 0
         self._next_tick = 0.0
         self._closed = False
@@ -127,7 +131,8 @@ class AlohaRealEnv(AlohaEnv):
         # Only cameras the env shows (observation or render) are rendered by the stand-in.
         cams = self.cameras if (self.obs_type != "state" or self.render_mode) else ()
         return StandInRobot(StandInRobotConfig(task=self.task.name, config_path=str(robot_config) if robot_config else None,
-                                               camera_names=cams, image_size=self.image_size))
+                                               camera_names=cams, image_size=self.image_size,
+                                               camera_fps=self.camera_fps))
 
     def _call(self, what: str, fn, *args):
         try:
@@ -188,7 +193,14 @@ class AlohaRealEnv(AlohaEnv):
         if self.obs_type != "pixels":
             obs["joint_pos"], obs["joint_vel"] = q, v
         frames = {}
+        # Between two camera frames the observation holds the last one (a robot whose cameras run
+        # faster than camera_fps is subsampled; the stand-in captures only when a frame is due).
+        hold = self._last_frames if self._reads % self._camera_period else None
+        self._reads += 1
         for cam in self.cameras:
+            if hold is not None and cam in hold:
+                frames[cam] = hold[cam].copy()
+                continue
             key = self.camera_map[cam]
             if key in raw:
                 img = np.asarray(raw[key], dtype=np.uint8)
@@ -237,6 +249,7 @@ class AlohaRealEnv(AlohaEnv):
         self.controller.reset(layout.START_QPOS)
         self._prev_q = None
         self._elapsed = 0
+        self._reads = 0
         self._overruns = 0
         obs, _ = self._read()
         info = {"task": self.task.description, "step": 0, "scene_seed": scene_seed}

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from embodied_gym.sim import robot
-from embodied_gym.sim.scene import CAMERAS
+from embodied_gym.sim.scene import CAMERAS, CONTROL_DT
 
 OBS_TYPES = ("state", "pixels", "pixels_state")
 RENDER_MODES = ("rgb_array",)
@@ -97,6 +97,27 @@ class EnvOptions:
 
     def observation_space(self) -> spaces.Dict:
         return observation_space(self.obs_type, self.cameras if self.obs_type != "state" else (), self.image_size)
+
+
+def camera_period(camera_fps: float | None) -> int:
+    """Control steps per camera frame for a camera running at ``camera_fps`` (None: a frame every
+    control step, 50 Hz). A real camera runs at its own rate (LeRobot cameras have an ``fps``); between
+    its frames an observation holds the last one.
+
+    Raises:
+        ValueError: ``camera_fps`` is not positive, is above the 50 Hz control rate, or does not divide it
+            into whole steps (50, 25, 10, 5 ... Hz).
+    """
+    if camera_fps is None:
+        return 1
+    control_hz = 1.0 / CONTROL_DT
+    if not isinstance(camera_fps, numbers.Real) or not 0 < camera_fps <= control_hz:
+        raise ValueError(f"camera_fps must be in (0, {control_hz:g}] Hz (the control rate), got {camera_fps!r}")
+    period = control_hz / float(camera_fps)
+    if abs(period - round(period)) > 1e-6:
+        raise ValueError(f"camera_fps={camera_fps:g} does not divide the {control_hz:g} Hz control rate into whole "
+                         f"steps; use {control_hz:g}/k Hz, e.g. 25, 10 or 5")
+    return int(round(period))
 
 
 def observation_space(obs_type: str, cameras: Sequence[str], image_size: tuple[int, int]) -> spaces.Dict:

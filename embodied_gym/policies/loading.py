@@ -45,9 +45,13 @@ class EnvRequirements:
     #: pose estimator folder whose estimate the policy reads (``obs["object_pose_estimate"]``);
     #: not a gym kwarg: :func:`make_env_for` wraps the env with it
     pose_estimator: str | None = None
+    #: the camera rate the policy's training data was recorded at (None: a frame per control step)
+    camera_fps: float | None = None
 
     def env_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"obs_type": self.obs_type, "control_mode": self.control_mode}
+        if self.camera_fps is not None and self.obs_type != "state":
+            kw["camera_fps"] = self.camera_fps
         if self.cameras:
             kw["cameras"] = tuple(self.cameras)
         if self.image_size:
@@ -134,7 +138,8 @@ class ACTAgent:
         self.requirements = EnvRequirements(obs_type="pixels_state" if (self.cameras or self.env_state) else "state",
                                             cameras=self.cameras, control_mode="joint_pos",
                                             image_size=tuple(recorded) if recorded else self.image_size,
-                                            pose_estimator=estimator)
+                                            pose_estimator=estimator,
+                                            camera_fps=(self.meta or {}).get("camera_fps"))
         self.policy.reset()
 
     def reset(self) -> None:

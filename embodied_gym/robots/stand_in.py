@@ -199,9 +199,13 @@ class StandInRobotConfig(RobotConfig):
     config_path: str | None = None  # hidden settings (YAML/JSON); None: the shipped default
     camera_names: tuple[str, ...] = ("cam_high",)  # not `cameras`: LeRobot reserves it for CameraConfigs
     image_size: tuple[int, int] = (240, 320)
+    camera_fps: float | None = None  # the cameras' frame rate; None: a frame per 50 Hz control step
 
     def __post_init__(self):
         super().__post_init__()
+        from embodied_gym.envs.spaces import camera_period
+
+        camera_period(self.camera_fps)  # raises naming the value
         if self.calibration_dir is None:  # nothing to calibrate; keep LeRobot's cache folder clean
             self.calibration_dir = Path(tempfile.gettempdir()) / "embodied_gym_stand_in"
 
@@ -280,6 +284,8 @@ class StandInRobot(Robot):
         world.reset_scene(self._scene_rng)
         # Sensor noise restarts with the scene, so the same seed gives the same episode.
         self._rng = np.random.default_rng([self._settings.get("seed", 0), seed if seed is not None else 0])
+        self._reads = 0  # observations since the reset: the camera captures every camera_period-th
+        self._frames: dict[str, np.ndarray] = {}
 
     def get_observation(self) -> dict[str, Any]:
         world = self._require()
@@ -287,8 +293,13 @@ class StandInRobot(Robot):
         v = world.joint_velocities() + self._rng.normal(0.0, self._vel_noise, 14)
         obs: dict[str, Any] = {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, q)}
         obs.update({f"{j}.vel": float(x) for j, x in zip(layout.JOINT_NAMES, v)})
-        for cam in self.config.camera_names:
-            obs[cam] = self._camera_frame(world.render_camera(cam, self.config.image_size))
+        from embodied_gym.envs.spaces import camera_period
+
+        if self._reads % camera_period(self.config.camera_fps) == 0 or not self._frames:
+            self._frames = {cam: self._camera_frame(world.render_camera(cam, self.config.image_size))
+                            for cam in self.config.camera_names}
+        self._reads += 1
+        obs.update({cam: f.copy() for cam, f in self._frames.items()})  # between two camera frames, the last one
         return obs
 
     def _camera_frame(self, img: np.ndarray) -> np.ndarray:

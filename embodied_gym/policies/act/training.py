@@ -86,6 +86,9 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     if use_env:
         meta["env_state"] = list(ds.features[F.ENV_STATE].get("names") or [])
         meta["pose_estimator"] = _pose_estimator_of(ds, episodes)
+    fps = _camera_fps_of(ds, episodes)
+    if fps is not None:
+        meta["camera_fps"] = fps
 
     policy, pre, post = make_act_policy(ds, cameras, preset, cfg.temporal_ensemble_coeff, cfg.device,
                                         cfg.backbone_weights, env_state=use_env)
@@ -154,6 +157,21 @@ def _pose_estimator_of(ds, episodes) -> dict | None:
         raise ValueError(f"dataset {ds.root}: its episodes were recorded with different pose estimators "
                          f"({sorted(seen)}); train on episodes of one (--episodes)")
     return json.loads(seen.pop()) if seen else None
+
+
+def _camera_fps_of(ds, episodes) -> float | None:
+    """The camera rate the dataset was recorded at (its sidecar rows' ``camera_fps``; None: a frame
+    per control step), so evaluation runs the policy's env at the same rate.
+
+    Raises:
+        ValueError: the training episodes were recorded at different camera rates.
+    """
+    rows = [r for r in ds.rows() if episodes is None or r["episode_index"] in set(episodes)]
+    seen = {r.get("camera_fps") for r in rows}
+    if len(seen) > 1:
+        raise ValueError(f"dataset {ds.root}: its episodes were recorded at different camera rates "
+                         f"({sorted(seen, key=str)} fps); train on episodes of one (--episodes)")
+    return seen.pop() if seen else None
 
 
 def plot_training_log(log_path: Path, png: Path) -> None:
