@@ -1,7 +1,9 @@
 """`embodied-gym demo`: the whole loop on the smoke profile, its artefacts, its cache and its config errors."""
 
 import json
+import shutil
 
+import numpy as np
 import pytest
 
 from embodied_gym.demo.cache import StageCache
@@ -32,6 +34,16 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     for e in evaluation.values():
         assert 0.0 <= e["ci95"][0] <= e["success_rate"] <= e["ci95"][1] <= 1.0
     assert (smoke_run / "calibrate" / "result.json").exists()
+    # the pose-estimate path: a perception model, policies that read its estimate, VisAligner skipped
+    assert (smoke_run / "perception" / "train" / "model" / "model.safetensors").exists()
+    assert stages["visaligner"]["outputs"]["skipped"]
+    meta = json.loads((smoke_run / "act_aligned" / "policy" / "checkpoints" / "4" / "pretrained_model" /
+                       "embodied_gym_policy.json").read_text())
+    assert meta["env_state"] and meta["camera_fps"] == 10 and meta["pose_estimator"]["path"].endswith("model")
+    paired = summary["tasks"]["PickCup"]["paired"]
+    assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
+    assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
+    assert "exact McNemar" in report
 
 
 def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
@@ -59,6 +71,26 @@ def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
     assert "expert (recorded demos)" in (smoke_run / "report.html").read_text()
 
 
+def test_robot_config_runs_the_loop_against_another_stand_in_world(smoke_run, tmp_path, capsys):
+    from embodied_gym.cli import main
+    from embodied_gym.data.reader import open_dataset
+
+    world2 = "embodied_gym/robots/stand_in_world2.yaml"
+    run = tmp_path / "w2"
+    shutil.copytree(smoke_run, run)  # the perception stage stays cached: it never sees the robot
+    assert main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "w2", "--robot-config", world2]) == 0
+    stages = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
+    assert stages["perception"]["cached"] and not stages["record"]["cached"] and not stages["evaluate"]["cached"]
+    assert json.loads((run / "record" / "stage.json").read_text())["settings"]["robot_config"] == world2
+    # the same seeds on another world: other hidden physics, so other joint trajectories
+    a, b = open_dataset(smoke_run / "record" / "dataset"), open_dataset(run / "record" / "dataset")
+    qa, qb = np.stack(a.table([0])["observation.state"]), np.stack(b.table([0])["observation.state"])
+    n = min(len(qa), len(qb))
+    assert np.abs(qa[:n] - qb[:n]).max() > 1e-3
+    assert main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "x", "--robot-config", "nope.yaml"]) == 2
+    assert "robot_config nope.yaml: no such file" in capsys.readouterr().err
+
+
 def test_cache_key_changes_with_settings_and_inputs(tmp_path):
     cache = StageCache(tmp_path, order=["a", "b"])
     calls = []
@@ -81,5 +113,9 @@ def test_config_errors_name_the_problem(tmp_path):
     bad.write_text("tasks: [Juggle]\n")
     with pytest.raises(ValueError, match="Juggle"):
         load_config("quick", str(bad))
+    bad.write_text("observation: telepathy\n")
+    with pytest.raises(ValueError, match="telepathy"):
+        load_config("quick", str(bad))
     cfg = load_config("quick")
-    assert cfg.tasks == ["PickCup"] and cfg.record.image_size == (64, 80)
+    assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
+    assert cfg.generate.episodes >= 4 * cfg.record.episodes

@@ -13,7 +13,8 @@ HELP = "the whole Real2Sim2Real loop on the stand-in robot, with an HTML report"
 # Paths and ids each stage gets from the stage before it, not from the user.
 _DEMO_FILLS = frozenset({"dataset", "out", "policy", "env_id", "model", "reference", "physics", "task",
                          "tpo.visaligner", "tpo.max_episode_steps", "generate.max_episode_steps", "generate.camera",
-                         "generate.image_size", "visaligner.camera", "act.cameras"})
+                         "generate.image_size", "visaligner.camera", "act.cameras", "act.images", "act.env_state",
+                         "perception.train.data", "perception.train.resume"})
 
 
 def add_arguments(p) -> None:
@@ -39,11 +40,12 @@ def _run_dir(args) -> str:
 
 
 def run(args) -> int:
-    from embodied_gym.demo.config import DemoConfig, load_config
+    from embodied_gym.demo.config import DemoConfig, check_config, load_config
     from embodied_gym.demo.pipeline import run_demo
 
     cfg = load_config("full" if args.full else args.profile, args.config)
     configs.merge(cfg, configs.given(args, DemoConfig), "command line")
+    check_config(cfg)
     run_dir = _run_dir(args)
     summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"))
     for task, t in summary["tasks"].items():

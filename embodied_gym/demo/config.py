@@ -18,9 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from embodied_gym.configs import merge
+from embodied_gym.configs import merge, setting
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.writer import DEFAULT_CRF
+from embodied_gym.perception.train import PoseTrainConfig
 from embodied_gym.physaligner.calibrate import CalibrationConfig
 from embodied_gym.policies.act.configuration import ACTTrainConfig
 from embodied_gym.policies.tpo import TPOConfig
@@ -40,6 +41,17 @@ class RecordSettings:
     seed: int = 0
     after_success_steps: int = AFTER_SUCCESS_STEPS  # control steps recorded after the first success
     crf: int = DEFAULT_CRF  # video quality (lower keeps more; 0 lossless)
+
+
+@dataclass
+class PerceptionSettings:
+    """Stage 0 (``observation: pose_estimate``): the pose estimator every policy reads, trained in the
+    sim on scripted-expert frames with domain-randomised scene looks (never the stand-in's)."""
+
+    episodes: int = setting(60, help="sim episodes whose frames train the estimator (seeds 0..)")
+    layouts_per_episode: int = setting(20, help="extra frames of fresh layouts after each episode")
+    frame_stride: int = setting(4, help="keep every k-th frame of an episode")
+    train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 
 @dataclass
@@ -67,11 +79,24 @@ class EvalSettings:
     expert: bool = True
 
 
+OBSERVATIONS = ("pose_estimate", "images")
+
+
 @dataclass
 class DemoConfig:
     tasks: list[str] = field(default_factory=lambda: ["PickCup"])
+    # What the policies read besides the joint state. pose_estimate: the object poses a perception
+    # model estimates from the camera frame (ACT's environment state; VisAligner is not needed and is
+    # skipped); images: the camera frames themselves (end-to-end image ACT, VisAligner renders the
+    # aligned sim's frames; a GPU path).
+    observation: str = "pose_estimate"
+    # The robot the demo runs against: a stand-in config YAML (default: the shipped stand-in world).
+    robot_config: str | None = None
+    # The cameras' frame rate (None: a frame per 50 Hz control step); between frames the estimate is held.
+    camera_fps: float | None = None
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
     torch_threads: int | None = None  # torch's CPU threads (default: torch's, one per core)
+    perception: PerceptionSettings = field(default_factory=PerceptionSettings)
     record: RecordSettings = field(default_factory=RecordSettings)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
     # Stage 3: VisAligner on the paired real/sim episodes.
@@ -100,7 +125,28 @@ def load_config(profile: str = "quick", override: str | None = None) -> DemoConf
         if not Path(override).exists():
             raise FileNotFoundError(f"--config {override}: no such file")
         cfg = merge(cfg, yaml.safe_load(Path(override).read_text()) or {}, override)
-    unknown = [t for t in cfg.tasks if t not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)}")
+    check_config(cfg, TASKS)
     return cfg
+
+
+def check_config(cfg: DemoConfig, tasks=None) -> None:
+    """Raises ValueError naming the setting: an unknown task or observation, a missing robot config."""
+    if tasks is None:
+        from embodied_gym.sim.tasks import TASKS as tasks
+    unknown = [t for t in cfg.tasks if t not in tasks]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(tasks)}")
+    if cfg.observation not in OBSERVATIONS:
+        raise ValueError(f"observation: {cfg.observation!r} is not one of {list(OBSERVATIONS)}")
+    if cfg.observation == "pose_estimate":
+        from embodied_gym.perception.configuration import PoseEstimatorConfig
+
+        for t in cfg.tasks:
+            try:
+                PoseEstimatorConfig(task=t)
+            except (ValueError, KeyError) as e:
+                raise ValueError(f"observation: pose_estimate has no pose estimator for task {t} ({e}); use "
+                                 f"observation: images for it") from None
+    if cfg.robot_config and not Path(cfg.robot_config).is_file():
+        raise FileNotFoundError(f"robot_config {cfg.robot_config}: no such file (a stand-in config YAML, e.g. "
+                                f"embodied_gym/robots/stand_in_world2.yaml)")

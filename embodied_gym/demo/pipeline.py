@@ -1,19 +1,24 @@
 """The Real2Sim2Real loop, top to bottom, on the stand-in robot.
 
-For each task (the shape of the paper's policy experiment, arXiv 2507.05198):
+For each task (the shape of the paper's policy experiment, arXiv 2507.05198), with the policies
+reading the camera's object-pose estimate (``observation: pose_estimate``, the default):
 
-1. ``record``: expert demonstrations on the stand-in robot (the "real" data).
+0. ``perception``: a pose estimator trained in the sim on frames with domain-randomised looks.
+1. ``record``: expert demonstrations on the stand-in robot (the "real" data), with the estimate.
 2. ``calibrate``: the recommended calibration method (trust-region PhysAligner after
    ``benchmarks/calibration.py``) fits the sim's physics, delay and backlash to them.
-3. ``visaligner``: VisAligner learns the stand-in camera's look from paired real/sim episodes.
-4. ``generate``: expert rollouts in the aligned sim (calibrated physics), their frames rendered by
-   VisAligner — the training data of the aligned-sim policy.
-5. ``act_aligned`` / ``act_real``: single-camera ACT on the aligned-sim data, and the real-data
-   baseline on the recorded demonstrations.
-6. ``tpo``: TPO fine-tuning of the aligned-sim policy in the aligned sim.
-7. ``evaluate``: every policy (and the scripted expert) on the stand-in robot.
+3. ``visaligner``: skipped on this path (the policies read the estimate, not the frames).
+4. ``generate``: expert demonstrations in the calibrated sim, with the estimate of its frames.
+5. ``act_aligned`` / ``act_real``: ACT on joint state + estimate, on the calibrated-sim data and on
+   the stand-in demonstrations.
+6. ``tpo``: TPO fine-tuning of the aligned-sim policy in the calibrated sim.
+7. ``evaluate``: every policy (and the scripted expert) on the stand-in robot, on the same seeds,
+   with paired exact McNemar tests.
 
-Every stage is cached (:mod:`.cache`); the report (:mod:`.report`) is rebuilt at the end.
+With ``observation: images`` (the GPU path) stage 0 is skipped, the policies are end-to-end image
+ACT, stage 3 trains VisAligner on paired real/sim episodes and stage 4 renders the calibrated sim's
+frames through it. Every stage is cached (:mod:`.cache`); the report (:mod:`.report`) is rebuilt at
+the end. ``robot_config`` runs the whole loop against another stand-in world.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.demo.cache import StageCache
 from embodied_gym.demo.config import DemoConfig
 
-STAGES = ["record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo", "evaluate"]
+STAGES = ["perception", "record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo", "evaluate"]
 POLICIES = ("expert", "act_real", "act_aligned", "tpo")
+#: (first, second) policy pairs the report tests on the same evaluation seeds
+COMPARISONS = (("act_aligned", "act_real"), ("tpo", "act_aligned"))
 
 
 def _say(msg: str) -> None:
@@ -41,35 +48,50 @@ def _say(msg: str) -> None:
 
 def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None,
             max_episode_steps: int | None = None, after_success_steps: int = AFTER_SUCCESS_STEPS,
-            crf: int | None = DEFAULT_CRF) -> dict:
-    import gymnasium as gym
-
+            crf: int | None = DEFAULT_CRF, estimator: str | None = None, robot_config: str | None = None,
+            camera_fps: float | None = None) -> dict:
+    """Expert demonstrations in ``env_id``: with ``estimator``, joint state + its pose estimate (no
+    video stored); without, joint state + ``camera`` frames at ``image_size``."""
     import embodied_gym
     from embodied_gym.data.recording import record
+    from embodied_gym.factory import make_env
 
-    kwargs = dict(obs_type="pixels_state", cameras=(camera,), image_size=tuple(image_size))
-    if embodied_gym.parse_env_id(env_id).real:
-        kwargs["realtime"] = False
-    if physics is not None:
-        kwargs["physics"] = physics
+    kwargs = dict(obs_type="pixels_state", camera_fps=camera_fps)
+    if estimator is None:
+        kwargs.update(cameras=(camera,), image_size=tuple(image_size))
     if max_episode_steps:
         kwargs["max_episode_steps"] = max_episode_steps
-    env = gym.make(env_id, **kwargs)
+    env = make_env(env_id, physics=physics, robot_config=robot_config, pose_estimator=estimator, **kwargs)
     try:
         summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True,
-                         after_success_steps=after_success_steps, crf=crf)
+                         after_success_steps=after_success_steps, crf=crf, cameras=() if estimator else None)
     finally:
         env.close()
     return {"dataset": str(out), "episodes": summary.episodes, "expert_success": summary.success_rate}
 
 
-def stage_record(cfg: DemoConfig, task: str, folder: Path) -> dict:
+def stage_perception(cfg: DemoConfig, task: str, folder: Path) -> dict:
+    from embodied_gym.perception import PoseEstimatorConfig, generate_frames
+    from embodied_gym.perception.data import randomized_look
+    from embodied_gym.perception.train import train_pose_estimator
+
+    p = cfg.perception
+    estimator = PoseEstimatorConfig(task=task)
+    frames = folder / "frames"
+    generate_frames(frames, estimator, range(p.episodes), frame_stride=p.frame_stride, look=randomized_look,
+                    layouts_per_episode=p.layouts_per_episode)
+    res = train_pose_estimator(replace(p.train, data=[str(frames)], out=str(folder / "train"), resume=True), estimator)
+    return {"model": str(folder / "train" / "model"), "val_errors": res.val_errors,
+            "loss_png": str(folder / "train" / "loss.png")}
+
+
+def stage_record(cfg: DemoConfig, task: str, folder: Path, estimator: str | None) -> dict:
     import embodied_gym
 
     r = cfg.record
     return _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera,
                    r.image_size, max_episode_steps=cfg.max_episode_steps, after_success_steps=r.after_success_steps,
-                   crf=r.crf)
+                   crf=r.crf, estimator=estimator, robot_config=cfg.robot_config, camera_fps=cfg.camera_fps)
 
 
 def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:
@@ -93,21 +115,32 @@ def stage_visaligner(cfg: DemoConfig, task: str, folder: Path, dataset: str, phy
     return {"model": str(folder / "train" / "model"), "samples": str(folder / "train" / "samples")}
 
 
-def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str) -> dict:
+def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, physics: str, model: str | None,
+                   estimator: str | None) -> dict:
+    import embodied_gym
     from embodied_gym.visaligner.generate import generate_aligned_demos
 
-    r = cfg.record
-    return generate_aligned_demos(replace(cfg.generate, task=task, physics=physics, model=model,
-                                          reference=str(real_dataset), camera=r.camera,
-                                          image_size=tuple(r.image_size), max_episode_steps=cfg.max_episode_steps),
-                                  folder)
+    r, g = cfg.record, cfg.generate
+    if estimator is not None:  # the policies read the estimate: expert demos in the calibrated sim, no video
+        out = _record(embodied_gym.env_id(task), folder / "dataset", g.episodes, g.seed, r.camera, r.image_size,
+                      physics=physics, max_episode_steps=cfg.max_episode_steps,
+                      after_success_steps=g.after_success_steps, estimator=estimator, camera_fps=cfg.camera_fps)
+        return {**out, "sim_expert_success": out["expert_success"]}
+    return generate_aligned_demos(replace(g, task=task, physics=physics, model=model, reference=str(real_dataset),
+                                          camera=r.camera, image_size=tuple(r.image_size),
+                                          max_episode_steps=cfg.max_episode_steps), folder)
 
 
 def stage_act(cfg: DemoConfig, folder: Path, dataset: str) -> dict:
     from embodied_gym.policies.act import train_act
 
-    res = train_act(replace(cfg.act, dataset=dataset, out=str(folder / "policy"), cameras=(cfg.record.camera,)))
-    return {"policy": res.out, "steps": res.steps, "final_loss": res.final_loss, "train_time_s": res.train_time_s}
+    if cfg.observation == "pose_estimate":
+        act = replace(cfg.act, dataset=dataset, out=str(folder / "policy"), images=False, env_state=True)
+    else:
+        act = replace(cfg.act, dataset=dataset, out=str(folder / "policy"), cameras=(cfg.record.camera,))
+    res = train_act(act)
+    return {"policy": res.out, "steps": res.steps, "final_loss": res.final_loss, "train_time_s": res.train_time_s,
+            "loss_png": str(folder / "policy" / "loss.png")}
 
 
 def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: str, model: str) -> dict:
@@ -115,24 +148,28 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
     from embodied_gym.policies.tpo import train_tpo
 
     log = train_tpo(replace(cfg.tpo, policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
-                            physics=physics, visaligner=model, max_episode_steps=cfg.max_episode_steps))
+                            physics=physics, visaligner=model if cfg.observation == "images" else None,
+                            max_episode_steps=cfg.max_episode_steps))
     return {"policy": str(folder / "tpo"), "log": log}
 
 
 def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
     import embodied_gym
-    from embodied_gym.policies.evaluate import evaluate_policy
+    from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
 
     e = cfg.evaluate
-    out = {}
+    out, seeds = {}, {}
     for name, policy in policies.items():
         _say(f"{task}: evaluating {name} on the stand-in robot ({e.episodes} episodes)")
         res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
                               out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"),
-                              max_episode_steps=cfg.max_episode_steps)
+                              max_episode_steps=cfg.max_episode_steps, robot_config=cfg.robot_config)
+        seeds[name] = successes_by_seed(res)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
-                                                                if k in ("success_rate", "ci95", "episodes",
-                                                                         "mean_return")}}
+                                                              if k in ("success_rate", "ci95", "episodes",
+                                                                       "mean_return")}}
+    out["_paired"] = [{"a": a, "b": b, **paired_comparison(seeds[a], seeds[b]).to_json()}
+                      for a, b in COMPARISONS if a in seeds and b in seeds]
     return out
 
 
@@ -185,28 +222,40 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             return rec.outputs
 
         asdict = dataclasses.asdict
-        rec = stage("record", asdict(cfg.record), [], lambda f: stage_record(cfg, task, f))
+        pose = cfg.observation == "pose_estimate"
+        robot = {"robot_config": cfg.robot_config, "camera_fps": cfg.camera_fps, "observation": cfg.observation}
+        per = stage("perception", asdict(cfg.perception) if pose else {"skipped": True}, [],
+                    lambda f: stage_perception(cfg, task, f) if pose else
+                    {"skipped": "observation: images (the policies read the camera frames)"})
+        estimator = per.get("model") if pose else None
+        rec = stage("record", {**asdict(cfg.record), **robot}, ["perception"],
+                    lambda f: stage_record(cfg, task, f, estimator))
         cal = stage("calibrate", asdict(cfg.calibrate), ["record"],
                     lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
-        vis = stage("visaligner", asdict(cfg.visaligner), ["record", "calibrate"],
-                    lambda f: stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
-        gen = stage("generate", asdict(cfg.generate), ["record", "calibrate", "visaligner"],
-                    lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis["model"]))
+        vis = stage("visaligner", {"skipped": True} if pose else asdict(cfg.visaligner), ["record", "calibrate"],
+                    lambda f: {"skipped": "observation: pose_estimate (the policies read the estimate, not the "
+                                          "frames)"} if pose else
+                    stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
+        gen = stage("generate", {**asdict(cfg.generate), **robot}, ["perception", "record", "calibrate", "visaligner"],
+                    lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
         act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
         act_real = stage("act_real", asdict(cfg.act), ["record"], lambda f: stage_act(cfg, f, rec["dataset"]))
         tpo = stage("tpo", asdict(cfg.tpo), ["act_aligned", "calibrate", "visaligner"],
-                    lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis["model"]))
+                    lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
         policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
                     "tpo": tpo["policy"]}
         if not cfg.evaluate.expert:
             policies.pop("expert")
-        ev = stage("evaluate", asdict(cfg.evaluate), ["act_real", "act_aligned", "tpo"],
+        ev = stage("evaluate", {**asdict(cfg.evaluate), "robot_config": cfg.robot_config},
+                   ["act_real", "act_aligned", "tpo"],
                    lambda f: stage_evaluate(cfg, task, f, policies))
+        paired = ev.get("_paired", [])
+        ev = {k: v for k, v in ev.items() if not k.startswith("_")}
         if not cfg.evaluate.expert:
             ev = {"expert": _expert_from_recording(rec), **ev}
         per_task[task] = {"stages": {k: {"folder": str(r.folder), "wall_time_s": r.wall_time_s, "cached": r.cached,
                                          "outputs": r.outputs} for k, r in recs.items()},
-                          "evaluation": ev}
+                          "evaluation": ev, "paired": paired}
     summary = {"config": cfg.to_dict(), "tasks": per_task, "wall_time_s": time.time() - t_start}
     write_json(run_dir / "summary.json", summary)
     write_report(summary, run_dir / "report.html")

@@ -110,6 +110,18 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
     for task, t in summary["tasks"].items():
         st = t["stages"]
         parts.append(f"<h2>{task}</h2>")
+        per = st.get("perception", {}).get("outputs", {})
+        if per.get("model"):
+            parts.append("<h3>0. Perception: the pose estimator every policy reads</h3>")
+            errs = per.get("val_errors") or {}
+            cells = "; ".join(f"{html.escape(o)}: {e.get('xy_cm', float('nan')):.2f} cm in xy"
+                              + (f", {e['z_cm']:.2f} cm in z" if "z_cm" in e else "")
+                              for o, e in errs.items() if isinstance(e, dict))
+            parts.append(f"<p>Trained in the sim on frames with domain-randomised looks (never the stand-in's); "
+                         f"held-out sim error: {cells or 'n/a'}. Policies read its estimate of the stand-in's "
+                         f"camera frames.</p>")
+            if per.get("loss_png") and Path(per["loss_png"]).exists():
+                parts.append(_img(per["loss_png"], 500))
         parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
         rec = st["record"]["outputs"]
         parts.append(f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
@@ -119,19 +131,23 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
         if Path(cal["paths_png"]).exists():
             parts.append("<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
                          "calibrated sim (green).</p>" + _img(cal["paths_png"], 900))
-        parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
         vis = st["visaligner"]["outputs"]
-        grid = _latest(vis["samples"], "*.png")
-        mp4 = _latest(vis["samples"], "*.mp4")
-        if grid is not None:
-            parts.append(f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
-                         f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>")
-            parts.append(_img(grid, 900))
-        if mp4 is not None:
-            parts.append(_video(mp4, 600))
+        if vis.get("skipped"):
+            parts.append(f"<h3>3. VisAligner</h3><p>Skipped: {html.escape(vis['skipped'])}.</p>")
+        else:
+            parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
+            grid = _latest(vis["samples"], "*.png")
+            mp4 = _latest(vis["samples"], "*.mp4")
+            if grid is not None:
+                parts.append(f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
+                             f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>")
+                parts.append(_img(grid, 900))
+            if mp4 is not None:
+                parts.append(_video(mp4, 600))
         gen = st["generate"]["outputs"]
-        parts.append(f"<p>Aligned-sim training data: {html.escape(gen['dataset'])} (expert success in the "
-                     f"calibrated sim {gen['sim_expert_success']:.0%}).</p>")
+        parts.append(f"<p>Aligned-sim training data: {gen['episodes'] if 'episodes' in gen else ''} demonstrations in "
+                     f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
+                     f"{gen['sim_expert_success']:.0%}).</p>")
         parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
         parts.append(success_chart(task, t["evaluation"]))
         parts.append("<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th></tr>")
@@ -139,6 +155,14 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
             parts.append(f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
                          f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td></tr>")
         parts.append("</table>")
+        if t.get("paired"):
+            parts.append("<table><tr><th>paired comparison (same seeds)</th><th>success rates</th>"
+                         "<th>seeds only the first / only the second succeeded on</th><th>exact McNemar p</th></tr>")
+            for c in t["paired"]:
+                parts.append(f"<tr><td>{LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])}</td>"
+                             f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
+                             f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>")
+            parts.append("</table>")
         videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
         parts.append("<p>" + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>"
                                       for n, v in videos if v is not None) + "</p>")
