@@ -119,3 +119,4 @@ def test_config_errors_name_the_problem(tmp_path):
     cfg = load_config("quick")
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
     assert cfg.generate.episodes >= 4 * cfg.record.episodes
+    assert load_config("smoke_images").observation == "images"
