@@ -85,7 +85,8 @@ class ScriptedExpert:
         pos, rot, grip = self._desired(t)
         measured = obs["joint_pos"] if isinstance(obs, dict) and "joint_pos" in obs else self.env.joint_positions()
         measured = np.asarray(measured, dtype=np.float64)[robot.ARM_INDICES]
-        if self._feedback is not None:  # the task's closed loop on the measured TCP and the object poses
+        if self._feedback is not None and "object_poses" in info:  # the task's closed loop (skipped when a
+            # robot reports no object poses after the first step)
             tcp_pos, tcp_rot = self.kin.tcp_pose(measured, self.arm)
             pos = np.asarray(self._feedback(t, info["object_poses"], pos, rot, tcp_pos, tcp_rot), dtype=np.float64)
         previous = self._q
