@@ -126,6 +126,50 @@ def test_expert_plan_and_the_expert_acts(task_env):
     assert np.linalg.norm(tcp - first) < np.linalg.norm(tcp0 - first) - 0.02  # heading to the first waypoint
 
 
+def test_pen_in_cup_feedback_puts_the_measured_tip_where_the_plan_wants_it():
+    """PenInCup's closed loop shifts the TCP target by how far the pen's lower tip hangs from where
+    the plan assumed, only from the carry over the cup on, keeps the shift while the gripper opens,
+    and never chases a pen more than MAX_SHIFT away. Other tasks' plans stay open-loop."""
+    from embodied_gym.sim.tasks.pen_in_cup import PEN_HALF_LENGTH, _TipFeedback, lower_tip
+
+    env = gym.make("EmbodieDreamer-PenInCup-v0", obs_type="state")
+    _, info = env.reset(seed=0)
+    env.close()
+    task = make_task("PenInCup")
+    plan = task.expert_plan(info["object_poses"])
+    fb = plan.feedback
+    assert isinstance(fb, _TipFeedback) and 0 < fb.start < fb.end <= sum(w.steps for w in plan.waypoints)
+    carry = plan.waypoints[7]  # the TCP over the cup, the pen hanging upright
+    pos, rot = carry.pos, carry.rot
+
+    def pen_pose(tip):  # a pen hanging vertical with its lower tip at ``tip``
+        # body x axis vertical (pointing up), body z horizontal: quaternion of a -90 degree turn about y
+        q = np.array([np.cos(-np.pi / 4), 0.0, np.sin(-np.pi / 4), 0.0])
+        rot_pen = np.array([[0.0, 0, -1], [0, 1, 0], [1, 0, 0]])
+        centre = tip + rot_pen[:, 0] * PEN_HALF_LENGTH
+        return np.r_[centre - rot_pen[:, 2] * 0.006, q]
+
+    planned_tip = pos + rot @ fb.tip_local
+    np.testing.assert_allclose(lower_tip(pen_pose(planned_tip)), planned_tip, atol=1e-9)
+    off = np.array([0.01, -0.015, 0.005])  # pinched off-centre: the tip hangs 19 mm off the plan
+    poses = {"pen": pen_pose(planned_tip + off), "pencup": info["object_poses"]["pencup"]}
+    assert np.array_equal(fb(fb.start - 1, poses, pos, rot, pos, rot), pos)  # before the carry: the plan
+    for t in range(fb.start, fb.start + 40):  # the arm exactly on the plan; the moving average converges
+        target = fb(t, poses, pos, rot, pos, rot)
+    np.testing.assert_allclose(target, pos - off, atol=1e-4)
+    far = {"pen": pen_pose(planned_tip + 0.3), "pencup": poses["pencup"]}  # dropped: ignored from here on
+    after = fb(fb.end, far, pos, rot, pos, rot)
+    np.testing.assert_allclose(after, pos - off, atol=1e-4)
+    for t in range(fb.start, fb.start + 60):
+        target = fb(t, far, pos, rot, pos, rot)
+    assert np.linalg.norm(target - pos) == pytest.approx(_TipFeedback.MAX_SHIFT)
+    for name in ("PickCup", "RemoteInBox", "CupOnMat"):
+        other = gym.make(embodied_gym.env_id(name), obs_type="state")
+        _, oinfo = other.reset(seed=0)
+        assert other.unwrapped.task.expert_plan(oinfo["object_poses"]).feedback is None
+        other.close()
+
+
 def test_tpo_score_target(task_env):
     name, env = task_env
     _, start = env.reset(seed=3)

@@ -3,9 +3,11 @@
 ``expert = make_expert(env)`` returns a callable ``expert(obs, info) -> action`` that works in any
 control mode. It asks the env's task for its plan (``task.expert_plan``, written in each task's
 module under ``embodied_gym/sim/tasks/``) from the privileged object poses in ``info`` at the first
-step of each episode (``info["step"] == 0``) and then follows it open-loop in Cartesian space; each step
-it solves IK for the active arm and converts the joint targets into the env's action format.
-The other arm holds its start pose.
+step of each episode (``info["step"] == 0``) and then follows it open-loop in Cartesian space, unless
+the plan brings a ``feedback`` (:class:`~embodied_gym.sim.tasks.planning.ExpertPlan`; PenInCup's
+does), which corrects the TCP target each step from the measured joints (forward kinematics) and
+that step's object poses. Each step it solves IK for the active arm and converts the joint targets
+into the env's action format. The other arm holds its start pose.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ScriptedExpert:
         kin = self.env.kinematics
         self.kin = ArmKinematics(kin.model, kin.idx)
         self.plan: list[Waypoint] | None = None
+        self._feedback = None
         self.arm = 1
 
     def reset(self) -> None:
@@ -58,6 +61,7 @@ class ScriptedExpert:
         """The task's waypoint plan (:meth:`Task.expert_plan`) from the start poses in ``info``; sets the arm."""
         plan = self.task.expert_plan(info["object_poses"])
         self.arm = plan.arm
+        self._feedback = plan.feedback
         return plan.waypoints
 
     # ---------------------------------------------------------------- acting
@@ -79,12 +83,17 @@ class ScriptedExpert:
             self._integral = np.zeros(12)
         t = int(info.get("step", 0))
         pos, rot, grip = self._desired(t)
+        measured = obs["joint_pos"] if isinstance(obs, dict) and "joint_pos" in obs else self.env.joint_positions()
+        measured = np.asarray(measured, dtype=np.float64)[robot.ARM_INDICES]
+        if self._feedback is not None and "object_poses" in info:  # the task's closed loop (skipped when a
+            # robot reports no object poses after the first step)
+            tcp_pos, tcp_rot = self.kin.tcp_pose(measured, self.arm)
+            pos = np.asarray(self._feedback(t, info["object_poses"], pos, rot, tcp_pos, tcp_rot), dtype=np.float64)
         previous = self._q
         self._q = self.kin.solve(self._q, self.arm, pos, rot, iterations=30)
         # Joint-space integral action on the measured joints: soft position gains sag under
         # gravity and friction by different amounts on every robot, so an open-loop plan misses.
-        measured = obs["joint_pos"] if isinstance(obs, dict) and "joint_pos" in obs else self.env.joint_positions()
-        error = self._q - np.asarray(measured, dtype=np.float64)[robot.ARM_INDICES]
+        error = self._q - measured
         # Integrate only on joints that are nearly still: tracking lag while moving is not sag.
         still = np.abs(self._q - previous) < _STILL
         self._integral = np.clip(_LEAK * self._integral + _KI * error * still, -_MAX_INTEGRAL, _MAX_INTEGRAL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -41,13 +42,25 @@ class Waypoint:
     grip: float
 
 
+Feedback = Callable[[int, dict, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+"""``feedback(step, object_poses, pos, rot, tcp_pos, tcp_rot) -> pos``: see :class:`ExpertPlan`."""
+
+
 @dataclass
 class ExpertPlan:
     """The arm that does the task (0 left, 1 right) and its waypoints, followed in order from the
-    start pose; the other arm holds its start pose."""
+    start pose; the other arm holds its start pose.
+
+    ``feedback`` (optional) closes a loop around the plan: every step the expert calls it with the
+    step, that step's ``info["object_poses"]`` (what a real robot's perception or motion capture
+    gives), the plan's TCP position and rotation for the step, and the TCP pose measured through
+    forward kinematics of the measured joints; it returns the TCP position to track instead of the
+    plan's. ``None`` (the default) follows the plan open-loop in Cartesian space. Feedback objects
+    keep state over an episode: a plan (and its feedback) is made afresh at each episode's step 0."""
 
     arm: int
     waypoints: list[Waypoint]
+    feedback: Feedback | None = None
 
 
 def natural_closing_yaw(arm: int, xy: np.ndarray) -> float:
