@@ -37,8 +37,10 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     # the pose-estimate path: a perception model, policies that read its estimate, VisAligner skipped
     assert (smoke_run / "perception" / "train" / "model" / "model.safetensors").exists()
     assert stages["visaligner"]["outputs"]["skipped"]
-    meta = json.loads((smoke_run / "act_aligned" / "policy" / "checkpoints" / "4" / "pretrained_model" /
-                       "embodied_gym_policy.json").read_text())
+    from embodied_gym.policies.act import latest_checkpoint
+
+    ckpt = latest_checkpoint(smoke_run / "act_aligned" / "policy")
+    meta = json.loads((ckpt / "pretrained_model" / "embodied_gym_policy.json").read_text())
     assert meta["env_state"] and meta["camera_fps"] == 10 and meta["pose_estimator"]["path"].endswith("model")
     paired = summary["tasks"]["PickCup"]["paired"]
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
