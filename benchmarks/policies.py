@@ -194,7 +194,9 @@ def main() -> None:
     data = {}
     standin = _demos(real, out / "data_standin", args.standin_demos, 0, args.estimator, args)
     data["standin"] = standin
-    physics = args.physics or _calibrate(Path(standin["dataset"]), out / "calibrate", args)
+    physics = None
+    if needed & {"calibrated", "calibrated_raw"}:
+        physics = args.physics or _calibrate(Path(standin["dataset"]), out / "calibrate", args)
     if "nominal" in needed:
         data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args)
     if "calibrated" in needed:

@@ -148,5 +148,5 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
                 raise ValueError(f"observation: pose_estimate has no pose estimator for task {t} ({e}); use "
                                  f"observation: images for it") from None
     if cfg.robot_config and not Path(cfg.robot_config).is_file():
-        raise FileNotFoundError(f"robot_config {cfg.robot_config}: no such file (a stand-in config YAML, e.g. "
-                                f"embodied_gym/robots/stand_in_world2.yaml)")
+        raise FileNotFoundError(f"robot_config {cfg.robot_config}: no such file (give a robot config YAML, such "
+                                f"as the ones in embodied_gym/robots/)")
