@@ -80,6 +80,8 @@ class TPOConfig:
     seed: int = setting(0, help="seed of the rollouts and the pair sampler")
     eval_episodes: int = setting(0, help="greedy evaluation episodes after each iteration")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
+    device: str = setting("cpu", help="torch device of the policy (rollouts and updates) and of VisAligner's "
+                                      "frames: cpu or cuda")
     max_episode_steps: int | None = setting(None, help="rollout length (default: the env's time limit)")
     progress: bool = setting(True, cli=False)
 
@@ -150,7 +152,7 @@ class ACTLikelihood:
         """``log π(τ)``; with ``with_l1`` also the mean L1 error per executed action (ACT's own
         training loss on this trajectory, normalised units)."""
         a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions)
-        mask = traj.mask.float()
+        mask = traj.mask.to(a.device, torch.float32)
         logp = laplace_log_prob(a, pred, mask, self.scale).sum()
         if not with_l1:
             return logp
@@ -238,18 +240,23 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
     log = [row for row in log if row["iteration"] <= start_iter]
 
-    agent = ACTAgent(last if last else cfg.policy)
+    agent = ACTAgent(last if last else cfg.policy, device=cfg.device)
     if F.ENV_STATE in agent.policy.config.input_features:
         raise ValueError(f"{cfg.policy} takes {F.ENV_STATE} (estimated object poses); TPO's trajectories do not "
                          f"store it yet, so TPO supports camera/state ACT policies only")
-    reference = ACTAgent(cfg.policy).policy  # π_ref: the starting policy, frozen
+    reference = ACTAgent(cfg.policy, device=cfg.device).policy  # π_ref: the starting policy, frozen
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
     policy = agent.policy
     task = env_id.task
     extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner,
+    visaligner = cfg.visaligner
+    if visaligner and cfg.device != "cpu":  # VisAligner's frames on the same device as the policy
+        from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+        visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
+    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=visaligner,
                        visaligner_steps=cfg.visaligner_steps, **extra)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
