@@ -84,16 +84,19 @@ EOF
   say "random-init ResNet-18 weights: $weights"
 fi
 
+# --visaligner.model replaces the profile's model overrides, so it repeats image_size.
 if ((cpu)); then
+  # the CPU's attention keeps every 4800-token map for the backward pass: 1 clip of 2 frames, checkpointed
   device=cpu
-  sizes=(--act.steps 2 --act.batch-size 2 --act.save-every 2 --act.log-every 1)
+  sizes=(--act.steps 2 --act.batch-size 2 --act.save-every 2 --act.log-every 1 --visaligner.batch-size 1
+    --visaligner.model "image_size=[240, 320]" num_frames=2 num_inference_steps=2 gradient_checkpointing=true)
 else
   device=cuda
-  sizes=(--act.steps 20 --act.save-every 20 --act.log-every 10)  # the preset's batch of 8
+  sizes=(--act.steps 20 --act.save-every 20 --act.log-every 10  # the preset's batch of 8
+    --visaligner.batch-size 2 --visaligner.model "image_size=[240, 320]" num_frames=4 num_inference_steps=2)
 fi
 # The full profile at its smallest sizes: one task, short episodes, a few steps of every trainer; every
 # other setting (paper preset, 240x320 frames, VisAligner's model size) is the profile's.
-# --visaligner.model replaces the profile's model overrides, so it repeats image_size.
 args=(demo --full --runs "$run_dir" --name full
   --tasks PickCup --max-episode-steps 64
   --act.backbone-weights "$weights"
@@ -101,10 +104,8 @@ args=(demo --full --runs "$run_dir" --name full
   --record.episodes 3
   --calibrate.samples 4 --calibrate.surrogate-epochs 1 --calibrate.restarts 1 --calibrate.refine-steps 10
   --calibrate.tr-iterations 2 --calibrate.budget-s 60 --calibrate.free kp.right_shoulder kp.right_elbow
-  --visaligner.vae-steps 5 --visaligner.vae-batch-size 4 --visaligner.steps 4 --visaligner.batch-size 2
-  --visaligner.sample-every 4
+  --visaligner.vae-steps 5 --visaligner.vae-batch-size 4 --visaligner.steps 4 --visaligner.sample-every 4
   --visaligner.sample-steps 2 --visaligner.checkpoint-every 4
-  --visaligner.model "image_size=[240, 320]" num_frames=4 num_inference_steps=2
   --generate.episodes 2 --generate.num-inference-steps 2
   "${sizes[@]}"
   --tpo.iterations 1 --tpo.pairs 1 --tpo.rollouts 2 --tpo.epochs 1 --tpo.visaligner-steps 2
