@@ -86,17 +86,18 @@ fi
 
 # --visaligner.model replaces the profile's model overrides, so it repeats image_size.
 if ((cpu)); then
-  # the CPU's attention keeps every 4800-token map for the backward pass: 1 clip of 2 frames, checkpointed
+  # The dry run's one change of size: VisAligner's model at 120x160 (frames resized in and out). On a CPU
+  # torch's attention materialises the 240x320 model's 4800-token maps: over 12 GB for one 2-frame clip.
   device=cpu
   sizes=(--act.steps 2 --act.batch-size 2 --act.save-every 2 --act.log-every 1 --visaligner.batch-size 1
-    --visaligner.model "image_size=[240, 320]" num_frames=2 num_inference_steps=2 gradient_checkpointing=true)
+    --visaligner.model "image_size=[120, 160]" num_frames=2 num_inference_steps=2)
 else
   device=cuda
   sizes=(--act.steps 20 --act.save-every 20 --act.log-every 10  # the preset's batch of 8
-    --visaligner.batch-size 2 --visaligner.model "image_size=[240, 320]" num_frames=4 num_inference_steps=2)
+    --visaligner.batch-size 1 --visaligner.model "image_size=[240, 320]" num_frames=4 num_inference_steps=2)
 fi
 # The full profile at its smallest sizes: one task, short episodes, a few steps of every trainer; every
-# other setting (paper preset, 240x320 frames, VisAligner's model size) is the profile's.
+# other setting (paper preset, 240x320 frames, VisAligner's model size on a GPU) is the profile's.
 args=(demo --full --runs "$run_dir" --name full
   --tasks PickCup --max-episode-steps 64
   --act.backbone-weights "$weights"
