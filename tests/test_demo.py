@@ -122,3 +122,64 @@ def test_config_errors_name_the_problem(tmp_path):
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
     assert cfg.generate.episodes >= 4 * cfg.record.episodes
     assert load_config("smoke_images").observation == "images"
+
+
+def test_full_profile_is_paper_image_act_at_240x320_on_cuda():
+    from embodied_gym.policies.act.configuration import PRESETS
+    from embodied_gym.visaligner.presets import preset
+
+    cfg = load_config("full")
+    assert cfg.act.preset == "paper" and cfg.act.images is not False  # end-to-end image ACT, ACT's ALOHA sizes
+    h, w = cfg.record.image_size
+    assert h >= 240 and w >= 320
+    assert cfg.act.image_size is None and PRESETS["paper"].image_size is None  # trains on frames as recorded
+    assert preset(cfg.visaligner.preset, **cfg.visaligner.model).image_size == (h, w)  # VisAligner at that size too
+    assert cfg.devices() == {"act.device": "cuda", "visaligner.device": "cuda", "generate.device": "cuda",
+                             "tpo.device": "cuda"}
+    assert cfg.require_backbone_weights and cfg.act.backbone_weights is None  # the user supplies the file
+    assert not load_config("quick").require_backbone_weights and load_config("quick").act.device == "cpu"
+
+
+def test_full_profile_refuses_to_start_without_fitting_backbone_weights(tmp_path, capsys):
+    import torch
+    import torchvision
+    from safetensors.torch import save_file
+
+    from embodied_gym.cli import main
+
+    def demo(*extra):
+        capsys.readouterr()
+        rc = main(["demo", "--full", "--runs", str(tmp_path), "--name", "f", *extra])
+        return rc, capsys.readouterr().err
+
+    rc, err = demo()
+    assert rc == 2 and "--act.backbone-weights FILE" in err and "IMAGENET1K_V1" in err
+    rc, err = demo("--act.backbone-weights", str(tmp_path / "nope.safetensors"))
+    assert rc == 2 and "nope.safetensors not found" in err
+    bad = tmp_path / "bad.safetensors"
+    save_file({"conv1.weight": torch.zeros(8, 3, 3, 3)}, str(bad))
+    rc, err = demo("--act.backbone-weights", str(bad))
+    assert rc == 2 and "does not fit ACT's resnet18 backbone" in err and "conv1.weight" in err
+    assert not (tmp_path / "f").exists()  # refused before any stage
+    good = tmp_path / "resnet18.safetensors"
+    save_file(torchvision.models.resnet18(weights=None).state_dict(), str(good))
+    cfg = load_config("full")
+    cfg.act.backbone_weights = str(good)
+    if torch.cuda.is_available():
+        assert cfg.check() == []
+    else:
+        with pytest.raises(ValueError, match=r"act.device = cuda.*--act.device cpu --visaligner.device cpu"):
+            cfg.check()
+    for stage in ("act", "visaligner", "generate", "tpo"):
+        getattr(cfg, stage).device = "cpu"
+    assert cfg.check() == []
+    cfg.visaligner.model = {}  # the tiny preset's 64x80 against 240x320 recordings
+    assert any("frames are resized" in w for w in cfg.check())
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
+def test_visaligner_training_on_cuda_without_a_gpu_names_the_fix(tmp_path):
+    from embodied_gym.visaligner.train import TrainConfig, train
+
+    with pytest.raises(ValueError, match="torch sees no GPU.*--device cpu"):
+        train(TrainConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), device="cuda"))

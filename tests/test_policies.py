@@ -431,3 +431,32 @@ def test_paired_comparison_counts_only_shared_seeds():
     assert c.p_value < 1e-6
     with pytest.raises(ValueError, match="share no seed"):
         paired_comparison({1: True}, {2: True})
+
+def test_backbone_weights_file_initialises_acts_resnet(tiny_dataset, tmp_path):
+    """A local torchvision ResNet-18 state dict (safetensors) lands in LeRobot ACT's backbone; one that
+    does not fit is refused, naming the file."""
+    import dataclasses
+
+    import torchvision
+    from safetensors.torch import save_file
+
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.policies.act import PRESETS, make_act_policy
+    from embodied_gym.policies.act.modeling import check_backbone_weights
+
+    torch.manual_seed(1)
+    state = torchvision.models.resnet18(weights=None).state_dict()
+    path = tmp_path / "r18.safetensors"
+    save_file(state, str(path))
+    check_backbone_weights(str(path))
+    preset = dataclasses.replace(PRESETS["cpu"], **TINY, chunk_size=5, n_action_steps=5)
+    policy, _, _ = make_act_policy(open_dataset(tiny_dataset), ["cam_high"], preset, None, "cpu", str(path))
+    backbone = policy.model.backbone.state_dict()
+    assert torch.equal(backbone["conv1.weight"], state["conv1.weight"])
+    assert torch.equal(backbone["layer4.1.bn2.running_var"], state["layer4.1.bn2.running_var"])
+    bad = tmp_path / "bad.safetensors"
+    save_file({k: v for k, v in state.items() if not k.startswith("layer4.")}, str(bad))
+    with pytest.raises(ValueError, match="bad.safetensors does not fit ACT's resnet18 backbone; missing"):
+        make_act_policy(open_dataset(tiny_dataset), ["cam_high"], preset, None, "cpu", str(bad))
+    with pytest.raises(ValueError, match="bad.safetensors does not fit"):
+        check_backbone_weights(str(bad))

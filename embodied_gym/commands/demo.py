@@ -11,7 +11,7 @@ HELP = "the whole Real2Sim2Real loop on the stand-in robot, with an HTML report"
 
 
 # Paths and ids each stage gets from the stage before it, not from the user.
-_DEMO_FILLS = frozenset({"dataset", "out", "policy", "env_id", "model", "reference", "physics", "task",
+_DEMO_FILLS = frozenset({"dataset", "out", "policy", "env_id", "generate.model", "reference", "physics", "task",
                          "tpo.visaligner", "tpo.max_episode_steps", "generate.max_episode_steps", "generate.camera",
                          "generate.image_size", "visaligner.camera", "act.cameras", "act.images", "act.env_state",
                          "perception.train.data", "perception.train.resume"})

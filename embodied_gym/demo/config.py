@@ -8,6 +8,8 @@ profile as on that trainer's command line.
 
 Profiles live in ``embodied_gym/demo/profiles/`` (``quick``, ``full``, ``smoke``). ``--config FILE``
 overrides any field of the chosen profile; unknown stages or fields are errors naming them.
+:meth:`DemoConfig.check` (run before any stage) refuses settings that cannot run here: a missing
+ResNet weights file where the profile requires one (``full``), a cuda device without a GPU.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ class DemoConfig:
     camera_fps: float | None = None
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
     torch_threads: int | None = None  # torch's CPU threads (default: torch's, one per core)
+    # True (the full profile): ACT's ResNet starts from a local pretrained weights file, as ACT trains
+    # (ImageNet ResNet-18, Zhao et al., arXiv 2304.13705); without --act.backbone-weights FILE the demo stops
+    require_backbone_weights: bool = False
     perception: PerceptionSettings = field(default_factory=PerceptionSettings)
     record: RecordSettings = field(default_factory=RecordSettings)
     calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
@@ -111,6 +116,50 @@ class DemoConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def devices(self) -> dict[str, str | None]:
+        """The torch device of each stage that has one, by its dotted setting name."""
+        return {"act.device": self.act.device, "visaligner.device": self.visaligner.device,
+                "generate.device": self.generate.device, "tpo.device": self.tpo.device}
+
+    def check(self) -> list[str]:
+        """Refuse, before any stage runs, what would fail hours in; returns warnings.
+
+        Raises:
+            ValueError: ``require_backbone_weights`` and no ``act.backbone_weights``; a cuda device
+                setting when torch sees no GPU.
+            FileNotFoundError / ValueError: the backbone weights file is missing or does not fit
+                ACT's ResNet.
+        """
+        import torch
+
+        from embodied_gym.policies.act.configuration import PRESETS
+        from embodied_gym.policies.act.modeling import BACKBONE_WEIGHTS_RECIPE, check_backbone_weights
+        from embodied_gym.visaligner.presets import preset
+
+        check_config(self)
+        images = self.observation == "images" and self.act.images is not False
+        if self.require_backbone_weights and images and not self.act.backbone_weights:
+            raise ValueError("this profile trains ACT's ResNet-18 from pretrained weights (act.backbone_weights), "
+                             "which are never downloaded: pass --act.backbone-weights FILE, a local torchvision "
+                             f"ResNet-18 state dict (.safetensors or .pth); {BACKBONE_WEIGHTS_RECIPE}. "
+                             "(--no-require-backbone-weights trains from a random init instead.)")
+        if self.act.backbone_weights and images:
+            overrides = self.act.overrides or {}
+            base = PRESETS[self.act.preset].vision_backbone if self.act.preset in PRESETS else "resnet18"
+            check_backbone_weights(self.act.backbone_weights, overrides.get("vision_backbone", base))
+        cuda = [k for k, v in self.devices().items() if v and str(v).startswith("cuda")]
+        if cuda and not torch.cuda.is_available():
+            raise ValueError(f"{', '.join(f'{k} = cuda' for k in cuda)}, but torch sees no GPU "
+                             f"(torch.cuda.is_available() is False); run on a GPU machine with a CUDA build of "
+                             f"torch, or pass {' '.join(f'--{k} cpu' for k in cuda)}")
+        warnings = []
+        model = preset(self.visaligner.preset, **dict(self.visaligner.model))
+        if self.visaligner.preset == "tiny" and tuple(model.image_size) != tuple(self.record.image_size):
+            warnings.append(f"VisAligner's model works at {tuple(model.image_size)} but the record stage records "
+                            f"{tuple(self.record.image_size)}: frames are resized; set visaligner.model.image_size "
+                            f"to record.image_size to train at the recorded size")
+        return warnings
 
 
 def load_config(profile: str = "quick", override: str | None = None) -> DemoConfig:

@@ -189,6 +189,8 @@ def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None
     import torch
 
     run_dir = Path(run_dir)
+    for warning in cfg.check():  # before any stage: a missing weights file, cuda without a GPU
+        _say(f"warning: {warning}")
     t_start = time.time()
     threads = torch.get_num_threads()
     if cfg.torch_threads:

@@ -90,6 +90,8 @@ class TPOConfig:
     seed: int = setting(0, help="seed of the rollouts and the pair sampler")
     eval_episodes: int = setting(0, help="greedy evaluation episodes after each iteration")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
+    device: str = setting("cpu", help="torch device of the policy (rollouts and updates) and of VisAligner's "
+                                      "frames: cpu or cuda")
     max_episode_steps: int | None = setting(None, help="rollout length (default: the env's time limit)")
     pose_estimator: str | None = setting(None, help="pose estimator folder for a policy on estimated object poses "
                                                     "(observation.environment_state); default: the one its "
@@ -172,7 +174,7 @@ class ACTLikelihood:
         """``log π(τ)``; with ``with_l1`` also the mean L1 error per executed action (ACT's own
         training loss on this trajectory, normalised units)."""
         a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions, traj.env_state)
-        mask = traj.mask.float()
+        mask = traj.mask.to(a.device, torch.float32)
         logp = laplace_log_prob(a, pred, mask, self.scale).sum()
         if not with_l1:
             return logp
@@ -315,16 +317,21 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
     log = [row for row in log if row["iteration"] <= start_iter]
 
-    agent = ACTAgent(last if last else cfg.policy)
+    agent = ACTAgent(last if last else cfg.policy, device=cfg.device)
     estimator = _estimator_for_tpo(agent, cfg)
-    reference = ACTAgent(cfg.policy).policy  # π_ref: the starting policy, frozen
+    reference = ACTAgent(cfg.policy, device=cfg.device).policy  # π_ref: the starting policy, frozen
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
     policy = agent.policy
     task = env_id.task
     extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=cfg.visaligner,
+    visaligner = cfg.visaligner
+    if visaligner and cfg.device != "cpu":  # VisAligner's frames on the same device as the policy
+        from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+        visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
+    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=visaligner,
                        visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator, **extra)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)

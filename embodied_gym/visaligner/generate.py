@@ -43,6 +43,7 @@ class AlignedDemosConfig:
     batch_episodes: int = setting(8, help="episodes generated together")
     after_success_steps: int = setting(AFTER_SUCCESS_STEPS, help="control steps recorded after the first success")
     crf: int = setting(DEFAULT_CRF, help="video quality of both datasets (lower keeps more; 0 lossless)")
+    device: str = setting("cpu", help="torch device VisAligner renders on: cpu or cuda")
 
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
@@ -92,7 +93,8 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=str(reference),
                                 physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
                                 frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
-                                resume=is_dataset(aligned_root), progress=progress, crf=cfg.crf)
+                                resume=is_dataset(aligned_root), progress=progress, crf=cfg.crf,
+                                device=cfg.device)
     return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(reference),
             "sim_expert_success": _success_rate(sim_root), "render": render}
 

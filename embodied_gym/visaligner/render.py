@@ -43,7 +43,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
                    camera: str = "cam_high", reference: str | os.PathLike | None = None,
                    episodes: list[int] | None = None, physics=None, num_inference_steps: int | None = None,
                    seed: int = 0, frame_stride: int | None = None, batch_episodes: int = 8, resume: bool = False,
-                   progress: bool = True, crf: int | None = DEFAULT_CRF) -> dict:
+                   progress: bool = True, crf: int | None = DEFAULT_CRF, device: str = "cpu") -> dict:
     """Write ``out`` (see the module docstring); returns a summary dict (episodes rendered, frames
     generated, timings).
 
@@ -54,6 +54,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
         reference: an image every episode starts from (default: the model's ``reference.png``).
         resume: continue an interrupted render in ``out``.
         crf: the video quality of ``out`` (lower keeps small objects; 0 is lossless).
+        device: the torch device VisAligner runs on (``cpu``, ``cuda``).
 
     Raises:
         FileExistsError: ``out`` exists and ``resume`` is off.
@@ -86,7 +87,7 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
         raise ValueError(f"render handles datasets with one camera; {src_root} has {src.cameras}")
     wanted = src.check_episodes(episodes)
     task = src.require_task()
-    pipe = VisAlignerPipeline.from_pretrained(model)
+    pipe = VisAlignerPipeline.from_pretrained(model).to(device)
     stride = pipe.config.frame_stride if frame_stride is None else frame_stride
     if stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")

@@ -72,6 +72,9 @@ class TrainConfig:
     sample_steps: int = setting(20, help="denoising steps of the sample grids")
     seed: int = setting(0, help="seed")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads (1 is fastest on a busy machine)")
+    device: str | None = setting(None, choices=("cpu", "cuda"),
+                                 help="cpu or cuda (default: accelerate's choice, the GPU when torch sees one; under "
+                                      "`accelerate launch` each process's own GPU)")
     progress: bool = setting(True, cli=False)
 
 
@@ -241,7 +244,11 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = preset(tc.preset, **tc.model)
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision if torch.cuda.is_available() else "no")
+    if tc.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("VisAligner training: device cuda, but torch sees no GPU (torch.cuda.is_available() is "
+                         "False); use --device cpu, or a CUDA build of torch on a GPU machine")
+    on_cpu = tc.device == "cpu" or not torch.cuda.is_available()
+    accelerator = Accelerator(cpu=tc.device == "cpu", mixed_precision="no" if on_cpu else cfg.mixed_precision)
     torch.manual_seed(tc.seed + accelerator.process_index)
 
     if accelerator.is_main_process:

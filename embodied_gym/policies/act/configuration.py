@@ -73,13 +73,14 @@ class ACTTrainConfig:
     temporal_ensemble_coeff: float | None = setting(None, flag="--temporal-ensemble", metavar="COEFF",
                                                     help="ACT temporal ensembling coefficient (0.01 in ACT); "
                                                          "sets n_action_steps to 1")
-    backbone_weights: str | None = setting(None, help="local ResNet weights file (.safetensors/.pth); "
-                                                      "default: random init, never downloaded")
+    backbone_weights: str | None = setting(None, help="local ResNet weights file (.safetensors/.pth), e.g. "
+                                                      "torchvision's resnet18 IMAGENET1K_V1 state dict saved on a "
+                                                      "machine with network; default: random init, never downloaded")
     episodes: list[int] | None = setting(None, help="dataset episodes to train on (default: all)")
     save_every: int = setting(500, help="steps between checkpoints")
     log_every: int = setting(50, help="steps between rows of train_log.jsonl")
     seed: int = setting(0, help="seed of the initialisation and the sampler")
-    device: str = setting("cpu", help="torch device")
+    device: str = setting("cpu", help="torch device: cpu or cuda")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
     resume: bool = setting(False, help="continue from the last checkpoint in --out")
     progress: bool = setting(True, cli=False)

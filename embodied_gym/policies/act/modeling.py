@@ -65,6 +65,38 @@ def make_act_policy(ds: RecordedDataset, cameras: list[str], preset: ACTPreset, 
     return policy, pre, post
 
 
+#: How to make a backbone weights file offline (the error messages and docs/demo.md give it): ImageNet
+#: ResNet-18 weights, as ACT trains from (Zhao et al., arXiv 2304.13705), saved on a machine with network.
+BACKBONE_WEIGHTS_RECIPE = (
+    "on a machine with network: python -c \"import torchvision, safetensors.torch as st; "
+    "st.save_file(torchvision.models.resnet18(weights='IMAGENET1K_V1').state_dict(), "
+    "'resnet18_imagenet.safetensors')\", then copy resnet18_imagenet.safetensors here")
+
+
+def _read_backbone_state(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"backbone weights {path} not found; give a local ResNet state-dict file "
+                                f"(.safetensors, or .pth loadable with weights_only=True); {BACKBONE_WEIGHTS_RECIPE}")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(p))
+    else:
+        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    return {k: v for k, v in state.items() if not k.startswith("fc.")}
+
+
+def _load_into(backbone, state: dict, path: str, name: str) -> None:
+    try:
+        result = backbone.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor of another shape
+        raise ValueError(f"{path} does not fit ACT's {name} backbone: {str(e).splitlines()[-1].strip()}") from None
+    if result.missing_keys:
+        raise ValueError(f"{path} does not fit ACT's {name} backbone; missing "
+                         f"{result.missing_keys[:5]}{'...' if len(result.missing_keys) > 5 else ''}")
+
+
 def load_backbone_weights(policy, path: str) -> None:
     """Initialise ACT's ResNet from a local torchvision-style state dict (no download).
 
@@ -72,21 +104,26 @@ def load_backbone_weights(policy, path: str) -> None:
         FileNotFoundError: ``path`` is not a file.
         ValueError: the weights do not fit the policy's backbone.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"backbone weights {path} not found; give a local ResNet state-dict file "
-                                f"(.safetensors, or .pth loadable with weights_only=True)")
-    if p.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        state = load_file(str(p))
-    else:
-        state = torch.load(str(p), map_location="cpu", weights_only=True)
-    state = {k: v for k, v in state.items() if not k.startswith("fc.")}
-    result = policy.model.backbone.load_state_dict(state, strict=False)
-    if result.missing_keys:
-        raise ValueError(f"{path} does not fit ACT's {policy.config.vision_backbone} backbone; missing "
-                         f"{result.missing_keys[:5]}{'...' if len(result.missing_keys) > 5 else ''}")
+    _load_into(policy.model.backbone, _read_backbone_state(path), path, policy.config.vision_backbone)
 
 
-__all__ = ["make_act_policy", "load_backbone_weights"]
+def check_backbone_weights(path: str, vision_backbone: str = "resnet18") -> None:
+    """Check, before any training, that ``path`` loads into ACT's ``vision_backbone`` as
+    :func:`load_backbone_weights` will (torchvision's network with LeRobot's frozen batch norm).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ValueError: an unknown backbone, or weights that do not fit it.
+    """
+    import torchvision
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    if not vision_backbone.startswith("resnet") or not hasattr(torchvision.models, vision_backbone):
+        raise ValueError(f"unknown ACT vision backbone {vision_backbone!r}; ACT uses a torchvision ResNet, e.g. resnet18")
+    state = _read_backbone_state(path)
+    net = getattr(torchvision.models, vision_backbone)(weights=None, norm_layer=FrozenBatchNorm2d)
+    net.fc = torch.nn.Identity()  # ACT keeps the layers up to layer4 (LeRobot's IntermediateLayerGetter)
+    _load_into(net, state, path, vision_backbone)
+
+
+__all__ = ["make_act_policy", "load_backbone_weights", "check_backbone_weights", "BACKBONE_WEIGHTS_RECIPE"]
