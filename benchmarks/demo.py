@@ -41,6 +41,12 @@ def tables(summary: dict) -> str:
             label = LABELS.get(name, name) + (" (its recorded demos)" if ev.get("source") else "")
             lines.append(f"| {label} | {ev['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {ev['episodes']} | {ret} | "
                          f"{'-' if paper is None else f'{paper} %'} |")
+        if rec.get("paired"):
+            lines += ["", "| paired comparison (same seeds) | rates | only first / only second | exact McNemar p |",
+                      "|---|---|---|---|"]
+            for c in rec["paired"]:
+                lines.append(f"| {LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])} | {c['rate_a']:.0%} vs "
+                             f"{c['rate_b']:.0%} (n = {c['n']}) | {c['only_a']} / {c['only_b']} | {c['p_value']:.3g} |")
         lines.append("")
     lines.append(f"Whole run (process wall time, cached stages included): {summary['wall_time_s'] / 60:.1f} min")
     return "\n".join(lines)
