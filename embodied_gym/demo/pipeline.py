@@ -190,7 +190,9 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                     lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
         vis = stage("visaligner", asdict(cfg.visaligner), ["record", "calibrate"],
                     lambda f: stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
-        gen = stage("generate", asdict(cfg.generate), ["record", "calibrate", "visaligner"],
+        # how many processes roll out the sim episodes does not change them: not part of the key
+        gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
+        gen = stage("generate", gen_settings, ["record", "calibrate", "visaligner"],
                     lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis["model"]))
         act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
         act_real = stage("act_real", asdict(cfg.act), ["record"], lambda f: stage_act(cfg, f, rec["dataset"]))
