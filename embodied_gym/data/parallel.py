@@ -39,7 +39,15 @@ BACKENDS = ("local", "ray")
 _WORKER: dict = {}  # this worker process's env and expert, built from one spec
 
 
-def _check_spec(env_id: str, env_kwargs: dict) -> None:
+def _cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _check_spec(env_kwargs: dict) -> None:
     for key, value in env_kwargs.items():
         try:
             pickle.dumps(value)
@@ -202,10 +210,10 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     if episodes < 0:
         raise UserInputError(f"episodes must be >= 0, got {episodes}")
     env_kwargs = dict(env_kwargs or {})
-    _check_spec(env_id, env_kwargs)
+    _check_spec(env_kwargs)
     if backend == "ray":
         _import_ray()  # before anything is written
-    workers = min(workers or os.cpu_count() or 1, max(episodes, 1))
+    workers = min(workers or _cpu_count(), max(episodes, 1))
 
     env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
     try:
