@@ -115,6 +115,34 @@ def test_an_interrupted_parallel_run_keeps_its_episodes_in_order_and_resumes(tmp
     assert_same_dataset(serial_state, root)
 
 
+def test_ctrl_c_while_an_episode_is_written_keeps_it(tmp_path):
+    """A Ctrl-C inside LeRobot's save of an episode would leave a half-saved episode it cannot drop; the
+    interrupt takes effect once the episode is saved."""
+    from dataclasses import replace
+
+    from embodied_gym.data.recording import plan_recording, rollout_episode, write_episode
+    from embodied_gym.data.writer import EpisodeWriter
+
+    env = make_env(ENV, **STATE_ONLY)
+    plan = plan_recording(env)
+    episode = rollout_episode(env, embodied_gym.make_expert(env), 3)
+    env.close()
+
+    def frames_then_ctrl_c():
+        for i, frame in enumerate(episode.frames):
+            if i == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, mid-episode
+            yield frame
+
+    writer = EpisodeWriter(tmp_path / "d", plan.features)
+    with pytest.raises(KeyboardInterrupt):
+        write_episode(writer, replace(episode, frames=frames_then_ctrl_c()), plan.row(episode, ENV))
+    ds = open_dataset(tmp_path / "d")
+    assert ds.total_episodes == 1 and ds.rows()[0]["seed"] == 3
+    assert len(ds.episodes()[0].action) == len(episode.frames) == 8
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
 def test_bad_workers_backend_and_missing_ray_are_named(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="workers must be at least 1.*got 0"):
         record_expert_demos(ENV, STATE_ONLY, tmp_path / "a", 2, workers=0)

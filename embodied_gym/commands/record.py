@@ -80,5 +80,5 @@ def run(args) -> int:
 
 def interrupted(args) -> str:
     how = "the same command" if args.resume else "the same command plus --resume"
-    return (f"the episodes finished so far are saved in {args.out} (the one in progress is dropped); "
+    return (f"the episodes finished so far are saved in {args.out} (those still being rolled out are dropped); "
             f"add the rest with {how}")

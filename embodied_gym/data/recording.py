@@ -27,7 +27,10 @@ can rebuild the same observation.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -201,16 +204,37 @@ def plan_recording(env: gym.Env, cameras: tuple[str, ...] | None = None,
     return RecordingPlan(tuple(cameras), tuple(u.image_size), _pose_estimate(env))
 
 
+@contextlib.contextmanager
+def _interrupt_after():
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then raise
+    ``KeyboardInterrupt``: LeRobot cannot drop an episode whose save was cut half-way. Only in the
+    main thread, and only while SIGINT has Python's default handler."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
 def write_episode(writer: EpisodeWriter, episode: RolledEpisode, row: dict) -> int:
     """Add a rolled-out episode to ``writer`` and save it with its sidecar ``row``; returns its index.
-    A failure part-way drops the episode (the saved ones stay valid)."""
-    try:
-        for frame in episode.frames:
-            writer.add_frame(frame)
-        return writer.save_episode(row)
-    except BaseException:
-        writer.discard_episode()
-        raise
+    A failure part-way drops the episode (the saved ones stay valid); a Ctrl-C while it is written
+    takes effect once it is saved (a second or two), so an interrupted recording keeps it."""
+    with _interrupt_after():
+        try:
+            for frame in episode.frames:
+                writer.add_frame(frame)
+            return writer.save_episode(row)
+        except BaseException:
+            writer.discard_episode()
+            raise
 
 
 def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
