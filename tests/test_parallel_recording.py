@@ -76,7 +76,7 @@ def test_two_local_workers_record_what_the_serial_recorder_does(tmp_path, estima
     assert [r["seed"] for r in ds.rows()] == [5, 6, 7]
     assert F.ENV_STATE in ds.features and ds.rows()[0]["pose_estimator"]["path"]
     assert_same_dataset(tmp_path / "serial", tmp_path / "parallel", cameras=("cam_high",))
-    assert not multiprocessing.active_children()  # the workers are gone
+    assert not multiprocessing.active_children(), multiprocessing.active_children()  # the workers are gone
 
 
 def test_ray_backend_records_what_the_serial_recorder_does(tmp_path, serial_state):
@@ -104,7 +104,7 @@ def test_an_interrupted_parallel_run_keeps_its_episodes_in_order_and_resumes(tmp
     with pytest.raises(KeyboardInterrupt):
         record_expert_demos(ENV, STATE_ONLY, root, 40, workers=2, progress=False)
     watcher.join()
-    assert not multiprocessing.active_children()  # the workers were stopped
+    assert not multiprocessing.active_children(), multiprocessing.active_children()  # the workers were stopped
     kept = open_dataset(root)
     done = kept.total_episodes
     assert 1 <= done < 4, done  # nothing written out of order, and the run did stop early
