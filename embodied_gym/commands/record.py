@@ -1,4 +1,6 @@
-"""``embodied-gym record``: record episodes into a LeRobotDataset (:func:`embodied_gym.data.recording.record`)."""
+"""``embodied-gym record``: record episodes into a LeRobotDataset (:func:`embodied_gym.data.recording.record`;
+the scripted expert's episodes are rolled out by ``--workers`` processes,
+:func:`embodied_gym.data.parallel.record_expert_demos`)."""
 
 from __future__ import annotations
 
@@ -30,26 +32,47 @@ def add_arguments(p) -> None:
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help=f"control steps recorded after the first success (0: stop at success; default "
                         f"{AFTER_SUCCESS_STEPS}; the time limit still ends an episode)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="with --policy expert: processes that roll out episodes while this one writes them in "
+                        "seed order (the dataset is the same for any N; default: the CPU count, 1 with --realtime)")
+    p.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="with --policy expert: where the workers run: local processes, or Ray tasks on a local "
+                        "Ray instance (pip install 'embodied-gym[ray]')")
     p.add_argument("--trust-policy-file", action="store_true",
                    help="load --policy with its library's own loader, which can run code from the file")
 
 
 def run(args) -> int:
-    from embodied_gym.data.recording import record
-    from embodied_gym.factory import make_env
-    from embodied_gym.policies.loading import make_agent
+    from embodied_gym.errors import UserInputError
 
     cameras = () if [c.lower() for c in args.cameras] == ["none"] else tuple(args.cameras)
-    env = make_env(args.env, robot_config=args.robot_config, realtime=args.realtime,
-                   obs_type="pixels_state" if cameras else "state", cameras=cameras,
-                   image_size=tuple(args.image_size), pose_estimator=args.pose_estimator)
-    try:
-        policy = make_agent(args.policy, env, trust_policy_file=args.trust_policy_file)
-        summary = record(env, policy, args.out, args.episodes, seed=args.seed, resume=args.resume,
-                         env_id=args.env, vcodec=args.vcodec, after_success_steps=args.after_success_steps,
-                         crf=args.crf, cameras=cameras)
-    finally:
-        env.close()
+    env_kwargs = dict(robot_config=args.robot_config, realtime=args.realtime,
+                      obs_type="pixels_state" if cameras else "state", cameras=cameras,
+                      image_size=tuple(args.image_size), pose_estimator=args.pose_estimator)
+    if args.workers is not None and args.workers < 1:
+        raise UserInputError(f"--workers must be at least 1 (1 records in this process), got {args.workers}")
+    options = dict(seed=args.seed, resume=args.resume, vcodec=args.vcodec,
+                   after_success_steps=args.after_success_steps, crf=args.crf, cameras=cameras)
+    if args.policy == "expert":
+        from embodied_gym.data.parallel import record_expert_demos
+
+        workers = args.workers or (1 if args.realtime else None)
+        summary = record_expert_demos(args.env, env_kwargs, args.out, args.episodes, workers=workers,
+                                      backend=args.backend, **options)
+    else:
+        if args.workers not in (None, 1) or args.backend != "local":
+            raise UserInputError(f"--workers and --backend apply to --policy expert (the scripted expert) only; "
+                                 f"{args.policy} is recorded in this process: drop them")
+        from embodied_gym.data.recording import record
+        from embodied_gym.factory import make_env
+        from embodied_gym.policies.loading import make_agent
+
+        env = make_env(args.env, **env_kwargs)
+        try:
+            policy = make_agent(args.policy, env, trust_policy_file=args.trust_policy_file)
+            summary = record(env, policy, args.out, args.episodes, env_id=args.env, **options)
+        finally:
+            env.close()
     print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
           f"{summary.episodes} in total")
     return 0
@@ -57,5 +80,5 @@ def run(args) -> int:
 
 def interrupted(args) -> str:
     how = "the same command" if args.resume else "the same command plus --resume"
-    return (f"the episodes finished so far are saved in {args.out} (the one in progress is dropped); "
+    return (f"the episodes finished so far are saved in {args.out} (those still being rolled out are dropped); "
             f"add the rest with {how}")

@@ -43,6 +43,7 @@ class RecordSettings:
     seed: int = 0
     after_success_steps: int = AFTER_SUCCESS_STEPS  # control steps recorded after the first success
     crf: int = DEFAULT_CRF  # video quality (lower keeps more; 0 lossless)
+    workers: int | None = None  # processes that roll out the episodes (default: the CPU count)
 
 
 @dataclass

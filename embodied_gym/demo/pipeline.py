@@ -49,24 +49,22 @@ def _say(msg: str) -> None:
 def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None,
             max_episode_steps: int | None = None, after_success_steps: int = AFTER_SUCCESS_STEPS,
             crf: int | None = DEFAULT_CRF, estimator: str | None = None, robot_config: str | None = None,
-            camera_fps: float | None = None) -> dict:
-    """Expert demonstrations in ``env_id``: with ``estimator``, joint state + its pose estimate (no
-    video stored); without, joint state + ``camera`` frames at ``image_size``."""
-    import embodied_gym
-    from embodied_gym.data.recording import record
-    from embodied_gym.factory import make_env
+            camera_fps: float | None = None, workers: int | None = None, backend: str = "local") -> dict:
+    """Expert demonstrations in ``env_id``, rolled out by ``workers`` processes: with ``estimator``,
+    joint state + its pose estimate (no video stored); without, joint state + ``camera`` frames at
+    ``image_size``."""
+    from embodied_gym.data.parallel import record_expert_demos
 
-    kwargs = dict(obs_type="pixels_state", camera_fps=camera_fps)
+    kwargs = dict(obs_type="pixels_state", camera_fps=camera_fps, physics=physics, robot_config=robot_config,
+                  pose_estimator=estimator)
     if estimator is None:
         kwargs.update(cameras=(camera,), image_size=tuple(image_size))
     if max_episode_steps:
         kwargs["max_episode_steps"] = max_episode_steps
-    env = make_env(env_id, physics=physics, robot_config=robot_config, pose_estimator=estimator, **kwargs)
-    try:
-        summary = record(env, embodied_gym.make_expert(env), out, episodes, seed=seed, env_id=env_id, progress=True,
-                         after_success_steps=after_success_steps, crf=crf, cameras=() if estimator else None)
-    finally:
-        env.close()
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    summary = record_expert_demos(env_id, kwargs, out, episodes, seed=seed, workers=workers, backend=backend,
+                                  after_success_steps=after_success_steps, crf=crf,
+                                  cameras=() if estimator else None)
     return {"dataset": str(out), "episodes": summary.episodes, "expert_success": summary.success_rate}
 
 
@@ -91,7 +89,8 @@ def stage_record(cfg: DemoConfig, task: str, folder: Path, estimator: str | None
     r = cfg.record
     return _record(embodied_gym.env_id(task, real=True), folder / "dataset", r.episodes, r.seed, r.camera,
                    r.image_size, max_episode_steps=cfg.max_episode_steps, after_success_steps=r.after_success_steps,
-                   crf=r.crf, estimator=estimator, robot_config=cfg.robot_config, camera_fps=cfg.camera_fps)
+                   crf=r.crf, estimator=estimator, robot_config=cfg.robot_config, camera_fps=cfg.camera_fps,
+                   workers=r.workers)
 
 
 def stage_calibrate(cfg: DemoConfig, task: str, folder: Path, dataset: str) -> dict:
@@ -124,7 +123,8 @@ def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, 
     if estimator is not None:  # the policies read the estimate: expert demos in the calibrated sim, no video
         out = _record(embodied_gym.env_id(task), folder / "dataset", g.episodes, g.seed, r.camera, r.image_size,
                       physics=physics, max_episode_steps=cfg.max_episode_steps,
-                      after_success_steps=g.after_success_steps, estimator=estimator, camera_fps=cfg.camera_fps)
+                      after_success_steps=g.after_success_steps, estimator=estimator, camera_fps=cfg.camera_fps,
+                      workers=g.workers, backend=g.backend)
         return {**out, "sim_expert_success": out["expert_success"]}
     return generate_aligned_demos(replace(g, task=task, physics=physics, model=model, reference=str(real_dataset),
                                           camera=r.camera, image_size=tuple(r.image_size),
@@ -230,7 +230,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                     lambda f: stage_perception(cfg, task, f) if pose else
                     {"skipped": "observation: images (the policies read the camera frames)"})
         estimator = per.get("model") if pose else None
-        rec = stage("record", {**asdict(cfg.record), **robot}, ["perception"],
+        rec_settings = {k: v for k, v in asdict(cfg.record).items() if k != "workers"}
+        rec = stage("record", {**rec_settings, **robot}, ["perception"],
                     lambda f: stage_record(cfg, task, f, estimator))
         cal = stage("calibrate", asdict(cfg.calibrate), ["record"],
                     lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
@@ -238,7 +239,9 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                     lambda f: {"skipped": "observation: pose_estimate (the policies read the estimate, not the "
                                           "frames)"} if pose else
                     stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
-        gen = stage("generate", {**asdict(cfg.generate), **robot}, ["perception", "record", "calibrate", "visaligner"],
+        # how many processes roll out the sim episodes does not change them: not part of the key
+        gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
+        gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
                     lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
         act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
         act_real = stage("act_real", asdict(cfg.act), ["record"], lambda f: stage_act(cfg, f, rec["dataset"]))

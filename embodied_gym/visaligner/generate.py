@@ -3,7 +3,8 @@ frames VisAligner renders as the real camera would show them (the paper's data e
 
 Two steps, both resumable:
 
-1. ``<out>/sim``: the scripted expert recorded in the sim with the calibrated physics (plain renders);
+1. ``<out>/sim``: the scripted expert recorded in the sim with the calibrated physics (plain renders),
+   its episodes rolled out by ``workers`` processes (:func:`~embodied_gym.data.parallel.record_expert_demos`);
 2. ``<out>/aligned``: the same episodes with the camera's video replaced by VisAligner's frames
    (:func:`~embodied_gym.visaligner.render.render_dataset`), starting from a real reference image.
 
@@ -44,6 +45,12 @@ class AlignedDemosConfig:
     after_success_steps: int = setting(AFTER_SUCCESS_STEPS, help="control steps recorded after the first success")
     crf: int = setting(DEFAULT_CRF, help="video quality of both datasets (lower keeps more; 0 lossless)")
     device: str = setting("cpu", help="torch device VisAligner renders on: cpu or cuda")
+    workers: int | None = setting(None, metavar="N",
+                                  help="processes that roll out the sim episodes (step 1; the dataset is the same "
+                                       "for any number; default: the CPU count)")
+    backend: str = setting("local", choices=("local", "ray"),
+                           help="where step 1's workers run: local processes, or Ray tasks on a local Ray "
+                                "instance (pip install 'embodied-gym[ray]')")
 
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
@@ -61,10 +68,8 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
     Raises:
         FileNotFoundError: the reference is neither an image nor a dataset.
     """
-    import gymnasium as gym
-
     import embodied_gym
-    from embodied_gym.data.recording import record
+    from embodied_gym.data.parallel import record_expert_demos
     from embodied_gym.visaligner.render import render_dataset
 
     out = Path(out)
@@ -79,14 +84,10 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
             kwargs["physics"] = cfg.physics
         if cfg.max_episode_steps:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
-        env = gym.make(env_id, **kwargs)
-        try:
-            # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
-            record(env, embodied_gym.make_expert(env), sim_root, cfg.episodes - done, seed=cfg.seed, env_id=env_id,
-                   resume=is_dataset(sim_root), progress=progress, after_success_steps=cfg.after_success_steps,
-                   crf=cfg.crf)
-        finally:
-            env.close()
+        # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
+        record_expert_demos(env_id, kwargs, sim_root, cfg.episodes - done, seed=cfg.seed, workers=cfg.workers,
+                            backend=cfg.backend, resume=is_dataset(sim_root), progress=progress,
+                            after_success_steps=cfg.after_success_steps, crf=cfg.crf)
     rendered = _episodes(aligned_root)
     render = {"episodes": rendered}
     if rendered < cfg.episodes:

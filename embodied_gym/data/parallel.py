@@ -1,0 +1,257 @@
+"""Scripted-expert demonstrations rolled out in parallel and written as one dataset, in seed order.
+
+:func:`record_expert_demos` is :func:`~embodied_gym.data.recording.record` for the scripted expert
+(:func:`embodied_gym.make_expert`), with the episodes rolled out by worker processes: local
+processes (``backend="local"``, started with ``spawn``, so MuJoCo's OpenGL state and torch's threads
+start clean; ``MUJOCO_GL`` is inherited) or Ray tasks (``backend="ray"``, on a local Ray instance,
+as calibration's stage 1 runs them). Every worker builds its own env and expert from a picklable
+spec (the env id and :func:`~embodied_gym.factory.make_env`'s kwargs), with one torch thread.
+
+One :class:`~embodied_gym.data.writer.EpisodeWriter` in the calling process writes the episodes as
+they come back, in order: episode ``i`` of the dataset is reset with seed ``seed + i`` exactly as in
+the serial path, and an episode rolls out the same frames in any process, so the dataset, its
+sidecar rows and a resumed run are those :func:`record` would have written. At most
+``2 x workers`` episodes are in flight past the next one to write (that bounds the frames held in
+memory); each is saved as soon as every earlier one is, so an interrupted run keeps all the
+episodes before the first unfinished one and a rerun with ``resume=True`` continues from there.
+
+The writer runs in the calling process, so it bounds the speed-up: saving an episode (LeRobot's
+parquet files, video encoding) costs about as much as rolling out a state-only PickCup episode;
+rendered cameras and a pose estimator make the rollout the larger part.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.recording import (RecordingSummary, RolledEpisode, plan_recording, record, rollout_episode,
+                                         write_episode)
+from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
+from embodied_gym.errors import UserInputError
+
+__all__ = ["BACKENDS", "record_expert_demos"]
+
+BACKENDS = ("local", "ray")
+
+_WORKER: dict = {}  # this worker process's env and expert, built from one spec
+
+
+def _cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _check_spec(env_kwargs: dict) -> None:
+    for key, value in env_kwargs.items():
+        try:
+            pickle.dumps(value)
+        except Exception as e:
+            raise UserInputError(f"env_kwargs[{key!r}] = {value!r} cannot be sent to a worker process "
+                                 f"({type(e).__name__}: {e}); give files as paths (physics: a JSON path or "
+                                 f"dict, pose_estimator: its folder)") from None
+
+
+def _worker_env(spec: tuple[str, dict]):
+    """This process's (env, expert) for ``spec``, built on first use (Ray reuses its worker processes
+    across calls: rebuilt when the spec differs)."""
+    if _WORKER.get("spec") != spec:
+        import torch
+
+        import embodied_gym
+        from embodied_gym.factory import make_env
+
+        torch.set_num_threads(1)  # one core per worker; the pose estimator runs here
+        if "env" in _WORKER:
+            _WORKER.pop("env").close()
+        env = make_env(spec[0], **spec[1])
+        _WORKER.update(spec=spec, env=env, expert=embodied_gym.make_expert(env))
+    return _WORKER["env"], _WORKER["expert"]
+
+
+def _rollout(spec: tuple[str, dict], seed: int, after_success_steps: int, cameras: tuple[str, ...],
+             estimate_key: str | None) -> RolledEpisode:
+    env, expert = _worker_env(spec)
+    return rollout_episode(env, expert, seed, after_success_steps=after_success_steps, cameras=cameras,
+                           estimate_key=estimate_key)
+
+
+def _close_worker_env() -> None:
+    env = _WORKER.pop("env", None)
+    _WORKER.clear()
+    if env is not None:
+        env.close()
+
+
+def _init_local_worker() -> None:
+    import signal
+    from multiprocessing import util
+
+    # Ctrl-C reaches the whole process group: the parent stops the workers, they stay quiet.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    util.Finalize(None, _close_worker_env, exitpriority=10)
+
+
+class _LocalPool:
+    def __init__(self, spec, workers: int):
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: MuJoCo's OpenGL context and torch's threads do not survive fork
+        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_local_worker)
+
+    def submit(self, spec, *args):
+        return self.pool.submit(_rollout, spec, *args)
+
+    def result(self, future) -> RolledEpisode:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return future.result()
+        except BrokenProcessPool as e:
+            raise RuntimeError(f"a recording worker process died ({e}). Workers are started with 'spawn' and "
+                               f"import the main module: a script that records must guard its entry point with "
+                               f"if __name__ == '__main__':") from e
+
+    def close(self, finished: bool) -> None:
+        if finished:
+            self.pool.shutdown(wait=True)
+            return
+        # interrupted: the queued episodes are dropped and the ones in flight stopped
+        processes = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            p.terminate()
+        for p in processes:
+            p.join(timeout=10)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError as e:
+        raise UserInputError(f"backend='ray' (--backend ray) needs Ray, which cannot be imported here "
+                             f"({type(e).__name__}: {e}); install it with pip install 'embodied-gym[ray]', or "
+                             f"use backend='local' (--backend local)") from None
+    return ray
+
+
+class _RayPool:
+    def __init__(self, spec, workers: int):
+        ray = self.ray = _import_ray()
+        self.started = not ray.is_initialized()
+        if self.started:
+            # Local only: no dashboard, nothing beyond localhost.
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        self.remote = ray.remote(num_cpus=1)(_rollout)
+        self.pending: set = set()
+
+    def submit(self, spec, *args):
+        ref = self.remote.remote(spec, *args)
+        self.pending.add(ref)
+        return ref
+
+    def result(self, ref) -> RolledEpisode:
+        out = self.ray.get(ref)
+        self.pending.discard(ref)
+        return out
+
+    def close(self, finished: bool) -> None:
+        try:
+            for ref in self.pending:  # interrupted: drop the queued work
+                self.ray.cancel(ref, force=True)
+        finally:
+            if self.started:
+                self.ray.shutdown()
+
+
+def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: str | os.PathLike, episodes: int, *,
+                        seed: int = 0, workers: int | None = None, backend: str = "local", resume: bool = False,
+                        repo_id: str | None = None, progress: bool = True, vcodec: str = "h264",
+                        after_success_steps: int = AFTER_SUCCESS_STEPS, crf: int | None = DEFAULT_CRF,
+                        cameras: tuple[str, ...] | None = None) -> RecordingSummary:
+    """Record ``episodes`` episodes of the scripted expert in ``make_env(env_id, **env_kwargs)``,
+    rolled out by ``workers`` processes (see the module docstring); the dataset is the one
+    :func:`~embodied_gym.data.recording.record` writes with the same arguments.
+
+    Args:
+        env_id: a registered ``EmbodieDreamer-...`` id (sim or ``-Real-``).
+        env_kwargs: :func:`~embodied_gym.factory.make_env`'s kwargs, each picklable: ``physics`` (a
+            calibration result JSON path or a dict), ``pose_estimator`` (its folder), ``robot_config``,
+            ``obs_type``, ``cameras``, ``image_size``, ``max_episode_steps``, ...
+        root: dataset folder (new, empty, or an existing dataset with ``resume``).
+        episodes: episodes to add in this run; episode ``i`` of the dataset is reset with ``seed + i``.
+        workers: worker processes (default: the CPU count; never more than ``episodes``). With
+            ``backend="local"`` and one worker the episodes are rolled out in this process.
+        backend: ``"local"`` (processes on this machine) or ``"ray"`` (Ray tasks on a local Ray
+            instance started for the call, with ``workers`` CPUs; an already running one is used as is).
+        resume, repo_id, progress, vcodec, after_success_steps, crf, cameras: as :func:`record`.
+
+    Raises:
+        ValueError: ``workers`` < 1, an unknown ``backend``, an env kwarg that cannot be pickled, or
+            (from the env) what :func:`record` rejects; also when Ray is asked for but not importable
+            (the message says what to install).
+        FileExistsError: ``root`` holds a dataset and ``resume`` is false.
+    """
+    from tqdm import tqdm
+
+    import embodied_gym
+    from embodied_gym.factory import make_env
+
+    if backend not in BACKENDS:
+        raise UserInputError(f"unknown recording backend {backend!r}; valid: {', '.join(map(repr, BACKENDS))}")
+    if workers is not None and workers < 1:
+        raise UserInputError(f"workers must be at least 1 (1 rolls the episodes in this process), got {workers}")
+    if episodes < 0:
+        raise UserInputError(f"episodes must be >= 0, got {episodes}")
+    env_kwargs = dict(env_kwargs or {})
+    _check_spec(env_kwargs)
+    if backend == "ray":
+        _import_ray()  # before anything is written
+    workers = min(workers or _cpu_count(), max(episodes, 1))
+
+    env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
+    try:
+        if workers == 1 and backend == "local":
+            return record(env, embodied_gym.make_expert(env), root, episodes, seed=seed, resume=resume,
+                          repo_id=repo_id, env_id=env_id, progress=progress, vcodec=vcodec,
+                          after_success_steps=after_success_steps, crf=crf, cameras=cameras)
+        plan = plan_recording(env, cameras, after_success_steps)
+    finally:
+        env.close()
+    writer = EpisodeWriter(root, plan.features, repo_id=repo_id, vcodec=vcodec, resume=resume, crf=crf)
+    have = writer.episodes
+    stop = have + episodes
+    results: list[bool] = []
+    if episodes == 0:
+        return RecordingSummary(str(writer.root), have, 0, 0.0)
+
+    spec = (env_id, env_kwargs)
+    job = (after_success_steps, plan.cameras, plan.estimate_key)
+    window = 2 * workers  # episodes in flight past the next one to write
+    bar = tqdm(total=episodes, desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
+               unit="ep", disable=not progress)
+    pool = (_RayPool if backend == "ray" else _LocalPool)(spec, workers)
+    finished = False
+    try:
+        pending: dict[int, Any] = {}
+        submitted = have
+        for index in range(have, stop):
+            while submitted < stop and submitted - index < window:
+                pending[submitted] = pool.submit(spec, seed + submitted, *job)
+                submitted += 1
+            episode = pool.result(pending.pop(index))
+            write_episode(writer, episode, plan.row(episode, env_id))
+            results.append(episode.success)
+            bar.update()
+            bar.set_postfix(success=f"{sum(results) / len(results):.0%}")
+        finished = True
+    finally:
+        bar.close()
+        pool.close(finished)
+    return RecordingSummary(str(writer.root), stop, episodes, sum(results) / len(results))
