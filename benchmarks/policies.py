@@ -211,7 +211,7 @@ def main() -> None:
 
     source = {"a": "standin", "b": "nominal", "c": "calibrated", "e": "calibrated_raw"}
     for key in args.rows:  # in the order given; results are saved after every row
-        results = json.loads(results_path.read_text()) if results_path.exists() else {}
+        results = {}
         if key in source:
             t = _train(data[source[key]]["dataset"], out / f"act_{key}", args)
             ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
@@ -235,6 +235,10 @@ def main() -> None:
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
                                      "rollout_success": [r["rollout_success_rate"] for r in log]})
+        # another process (other --rows) may have saved rows meanwhile: merge into what is on disk now
+        row = results[key]
+        results = json.loads(results_path.read_text()) if results_path.exists() else {}
+        results[key] = row
         results["_comparisons"] = _comparisons(results)
         results["_settings"] = {k: v for k, v in vars(args).items() if k not in ("rows", "stages", "figure")}
         results["_settings"]["physics"] = physics
