@@ -54,6 +54,14 @@ def assert_same_dataset(a_root, b_root, cameras=(), first=None):
             assert fa.shape == fb.shape and np.abs(fa - fb).mean() < 0.5, (cam, e)
 
 
+@pytest.fixture
+def default_sigint():
+    """Ctrl-C as in a plain Python process (KeyboardInterrupt), whatever an earlier test installed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="module")
 def serial_state(tmp_path_factory):
     """Seeds 0..3 of the serial recorder, state only."""
@@ -93,7 +101,7 @@ def test_ray_backend_records_what_the_serial_recorder_does(tmp_path, serial_stat
     assert_same_dataset(serial_state, tmp_path / "ray", first=2)  # seeds 0 and 1 of the serial recording
 
 
-def test_an_interrupted_parallel_run_keeps_its_episodes_in_order_and_resumes(tmp_path, serial_state):
+def test_an_interrupted_parallel_run_keeps_its_episodes_in_order_and_resumes(tmp_path, serial_state, default_sigint):
     root = tmp_path / "d"
     sidecar = root / F.SIDECAR
 
@@ -119,7 +127,7 @@ def test_an_interrupted_parallel_run_keeps_its_episodes_in_order_and_resumes(tmp
     assert_same_dataset(serial_state, root)
 
 
-def test_ctrl_c_while_an_episode_is_written_keeps_it(tmp_path):
+def test_ctrl_c_while_an_episode_is_written_keeps_it(tmp_path, default_sigint):
     """A Ctrl-C inside LeRobot's save of an episode would leave a half-saved episode it cannot drop; the
     interrupt takes effect once the episode is saved."""
     from dataclasses import replace

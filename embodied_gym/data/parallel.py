@@ -145,6 +145,10 @@ class _RayPool:
     def __init__(self, spec, workers: int):
         ray = self.ray = _import_ray()
         self.started = not ray.is_initialized()
+        import signal
+
+        # Ray's driver installs its own signal handlers; give the caller's back at close()
+        self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         if self.started:
             # Local only: no dashboard, nothing beyond localhost.
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
@@ -168,6 +172,13 @@ class _RayPool:
         finally:
             if self.started:
                 self.ray.shutdown()
+            import signal
+            import threading
+
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in self._handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
 
 
 def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: str | os.PathLike, episodes: int, *,
