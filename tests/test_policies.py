@@ -460,3 +460,19 @@ def test_backbone_weights_file_initialises_acts_resnet(tiny_dataset, tmp_path):
         make_act_policy(open_dataset(tiny_dataset), ["cam_high"], preset, None, "cpu", str(bad))
     with pytest.raises(ValueError, match="bad.safetensors does not fit"):
         check_backbone_weights(str(bad))
+
+
+def test_eval_cli_threads_setting(capsys):
+    import torch
+
+    from embodied_gym.cli import main
+
+    before = torch.get_num_threads()
+    try:
+        assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1",
+                     "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--threads", "0"]) == 2
+    assert "--threads must be >= 1" in capsys.readouterr().err
