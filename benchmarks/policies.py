@@ -49,8 +49,7 @@ import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
-from embodied_gym.data.recording import record
-from embodied_gym.factory import make_env
+from embodied_gym.data.parallel import record_expert_demos
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
 from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
 
@@ -75,13 +74,11 @@ def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, ar
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
     if have < episodes:
         _say(f"recording {episodes - have} demos in {env_id} -> {root}")
-        env = make_env(env_id, physics=physics, pose_estimator=estimator, obs_type="pixels_state",
-                       camera_fps=args.camera_fps)
-        try:
-            record(env, embodied_gym.make_expert(env), root, episodes - have, seed=seed, env_id=env_id,
-                   resume=is_dataset(root), after_success_steps=args.after_success_steps, cameras=())
-        finally:
-            env.close()
+        kwargs = dict(pose_estimator=estimator, obs_type="pixels_state", camera_fps=args.camera_fps)
+        if physics is not None:
+            kwargs["physics"] = physics
+        record_expert_demos(env_id, kwargs, root, episodes - have, seed=seed, resume=is_dataset(root),
+                            after_success_steps=args.after_success_steps, cameras=())
     rows = read_sidecar(root)
     return {"dataset": str(root), "episodes": episodes,
             "expert_success": sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)}

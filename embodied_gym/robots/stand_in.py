@@ -226,6 +226,9 @@ class StandInRobot(Robot):
         self.config = config
         self._settings = load_settings(config.config_path)
         self._world: SimCore | None = None
+        from embodied_gym.envs.spaces import camera_period
+
+        self._camera_period = camera_period(config.camera_fps)  # observations per camera frame
 
     # ------------------------------------------------------------------ features
     @property
@@ -293,9 +296,7 @@ class StandInRobot(Robot):
         v = world.joint_velocities() + self._rng.normal(0.0, self._vel_noise, 14)
         obs: dict[str, Any] = {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, q)}
         obs.update({f"{j}.vel": float(x) for j, x in zip(layout.JOINT_NAMES, v)})
-        from embodied_gym.envs.spaces import camera_period
-
-        if self._reads % camera_period(self.config.camera_fps) == 0 or not self._frames:
+        if self._reads % self._camera_period == 0 or not self._frames:
             self._frames = {cam: self._camera_frame(world.render_camera(cam, self.config.image_size))
                             for cam in self.config.camera_names}
         self._reads += 1
