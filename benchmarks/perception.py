@@ -39,6 +39,8 @@ def main():
                    help="extra frames of fresh layouts (a reset each) after every training episode")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--keypoint-weight", type=float, default=1.0,
+                   help="weight of the keypoint loss (PoseTrainConfig.keypoint_weight; 0: off, as before it existed)")
     p.add_argument("--variants", default="raw,raw_augmented,randomized",
                    help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
                         "augmentation), randomized (domain-randomised scene looks + augmentation)")
@@ -62,7 +64,8 @@ def main():
     results = {}
     for name in variants:
         folders = sets[name]
-        train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw"}
+        train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw",
+                 "keypoint_weight": args.keypoint_weight}
         r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
                                val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,
                                frame_stride=args.frame_stride, train=train,

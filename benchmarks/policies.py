@@ -151,7 +151,7 @@ def main() -> None:
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
-    p.add_argument("--steps", type=int, default=6000, help="ACT optimisation steps per row")
+    p.add_argument("--steps", type=int, default=8000, help="ACT optimisation steps per row")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--chunk-size", type=int, default=20)
     p.add_argument("--act-override", type=_override, action="append", default=[],

@@ -68,6 +68,39 @@ def test_default_crop_keeps_the_cup_8px_wide():
     assert min(widths) >= 8, widths
 
 
+
+def test_projection_and_keypoint_targets_land_on_the_cup():
+    """project_to_pixels puts the cup's top centre inside the cup's segmentation in the rendered
+    frame, and keypoint_positions maps it into the network input's [-1, 1] grid at the same place."""
+    import mujoco
+
+    from embodied_gym.perception.train import keypoint_positions
+    from embodied_gym.sim.scene import project_to_pixels
+
+    cfg = PoseEstimatorConfig()
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+    u = env.unwrapped
+    seg = mujoco.Renderer(u.model, *cfg.frame_size)
+    seg.enable_segmentation_rendering()
+    cup = [i for i in range(u.model.ngeom) if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")]
+    t, l, b, r = cfg.crop_box(cfg.frame_size)
+    for seed in range(3):
+        _, info = env.reset(seed=seed)
+        seg.update_scene(u.data, camera=cfg.camera)
+        mask = np.isin(seg.render()[..., 0], cup)
+        pose = np.asarray(info["object_poses"]["cup"], float)
+        col, row = np.round(project_to_pixels(cfg.camera, pose[:3] + [0, 0, 0.05], cfg.frame_size)).astype(int)
+        assert mask[row, col], (seed, col, row)
+        rows, cols = np.nonzero(mask)
+        # the keypoint target (the pose's origin) is in the input grid near the cup's pixels
+        kx, ky = keypoint_positions(cfg, pose[None, None])[0, 0]
+        assert abs(l + (kx + 1) / 2 * (r - l) - cols.mean()) < 4
+        assert abs(t + (ky + 1) / 2 * (b - t) - rows.mean()) < 8
+    seg.close()
+    env.close()
+    with pytest.raises(ValueError, match="keypoint_weight=0"):
+        keypoint_positions(PoseEstimatorConfig(camera="cam_left_wrist"), np.zeros((1, 1, 7)))
+
 def test_save_load_round_trip(tmp_path):
     torch.manual_seed(0)
     model = PoseEstimator(tiny_config("PenInCup")).eval()

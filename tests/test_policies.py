@@ -78,8 +78,31 @@ def test_act_resume_continues_and_refuses_overwrite(tiny_act):
 
     r = train_act(dataclasses.replace(cfg, steps=6, resume=True))
     assert r.steps == 6 and latest_checkpoint(out).name == "000006"
-    assert [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()] == [2, 4, 6]
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [2, 4, 6]
+    assert log[-1]["lr"] == pytest.approx(_lr_of(cfg, 6, 5))  # the resumed run follows the schedule of --steps 6
 
+
+
+def test_act_learning_rate_schedule():
+    """The cpu preset warms up and decays to 0 at --steps; constant stays; a bad name is refused."""
+    p = ACTTrainConfig(dataset="d", out="o", steps=1000).resolved_preset()
+    assert p.lr_schedule == "cosine" and p.warmup_steps == 200
+    lrs = [p.lr_at(s) for s in range(1000)]
+    assert lrs[0] == pytest.approx(p.lr / 100) and lrs[99] == pytest.approx(p.lr)  # warm-up: a tenth of the run
+    assert ACTTrainConfig(dataset="d", out="o", steps=8000).resolved_preset().lr_at(199) == pytest.approx(p.lr)
+    assert all(a >= b for a, b in zip(lrs[99:], lrs[100:])) and lrs[-1] < 1e-3 * p.lr
+    q = ACTTrainConfig(dataset="d", out="o", lr_schedule="constant", lr=2e-4).resolved_preset()
+    assert {q.lr_at(s) for s in (0, 500, 999)} == {2e-4}
+    assert ACTTrainConfig(dataset="d", out="o", preset="paper").resolved_preset().lr_schedule == "constant"
+    with pytest.raises(ValueError, match="lr_schedule"):
+        ACTTrainConfig(dataset="d", out="o", overrides={"lr_schedule": "step"}).resolved_preset()
+
+
+def _lr_of(cfg, steps: int, step: int) -> float:
+    import dataclasses
+
+    return dataclasses.replace(cfg, steps=steps).resolved_preset().lr_at(step)
 
 def test_act_bad_inputs_have_clear_errors(tiny_dataset, tmp_path):
     with pytest.raises(ValueError, match="cam_front"):

@@ -3,7 +3,8 @@
 ``train_pose_estimator(PoseTrainConfig(data=[...], out=...), PoseEstimatorConfig(task=...))`` splits
 the frames by episode into train and validation sets (consecutive frames of one episode are nearly
 identical, so a frame-level split would flatter the validation error), trains with AdamW and a
-cosine learning-rate decay on the smooth-L1 loss of the normalised targets, validates every
+cosine learning-rate decay on the smooth-L1 loss of the normalised targets plus a keypoint loss
+(keypoint ``k`` onto object ``k``'s projection in the image, :func:`keypoint_positions`), validates every
 ``eval_every`` steps and writes::
 
     <out>/checkpoints/<step>/   model (config.json, model.safetensors), optimizer.safetensors,
@@ -50,6 +51,8 @@ class PoseTrainConfig:
     weight_decay: float = setting(1e-4, help="AdamW weight decay")
     val_fraction: float = setting(0.1, help="fraction of the episodes held out for validation")
     augment: bool = setting(True, help="photometric augmentation of the training frames")
+    keypoint_weight: float = setting(1.0, help="weight of the keypoint loss: keypoint k is pulled onto object k's "
+                                               "position in the image (0: off; fixed cameras only)")
     eval_every: int = setting(250, help="validate every this many steps")
     save_every: int = setting(500, help="checkpoint every this many steps")
     seed: int = setting(0, help="seed of the split, the initialisation and the batches")
@@ -74,6 +77,31 @@ def split_episodes(episode: np.ndarray, val_fraction: float, seed: int) -> tuple
     val_ids = np.random.default_rng(seed).permutation(ids)[:n_val]
     is_val = np.isin(episode, val_ids)
     return np.nonzero(~is_val)[0], np.nonzero(is_val)[0]
+
+
+def keypoint_positions(estimator: PoseEstimatorConfig, poses: np.ndarray) -> np.ndarray:
+    """(N, n_objects, 2) targets of the keypoint loss: each object's position (its pose's origin)
+    projected by the estimator's nominal camera into the network input, as (x, y) in [-1, 1] (the
+    grid of :class:`~embodied_gym.perception.modeling.SpatialSoftArgmax`; outside the crop: beyond 1).
+
+    Raises:
+        ValueError: the estimator reads a wrist camera (which moves: no fixed projection), or has
+            fewer keypoints than objects (set ``PoseTrainConfig.keypoint_weight=0``).
+    """
+    from embodied_gym.sim.scene import project_to_pixels
+
+    n = poses.shape[1]
+    if estimator.keypoints < n:
+        raise ValueError(f"the keypoint loss needs a keypoint per object: {estimator.keypoints} keypoints for {n} "
+                         f"objects; raise PoseEstimatorConfig.keypoints or set keypoint_weight=0")
+    try:
+        px = project_to_pixels(estimator.camera, poses[..., :3], estimator.frame_size)
+    except ValueError as e:
+        raise ValueError(f"{e}: the keypoint loss needs a fixed camera; set PoseTrainConfig.keypoint_weight=0") from None
+    top, left, bottom, right = estimator.crop_box(estimator.frame_size)
+    x = (px[..., 0] - left) / (right - left) * 2 - 1
+    y = (px[..., 1] - top) / (bottom - top) * 2 - 1
+    return np.stack([x, y], axis=-1).astype(np.float32)
 
 
 def augment_batch(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
@@ -164,6 +192,7 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
 
     frames = load_frames(cfg.data, estimator)
     targets = estimator.normalise(estimator.targets(frames.poses)).astype(np.float32)
+    keypoint_targets = torch.from_numpy(keypoint_positions(estimator, frames.poses)) if cfg.keypoint_weight else None
     train_idx, val_idx = split_episodes(frames.episode, cfg.val_fraction, cfg.seed)
 
     threads = torch.get_num_threads()
@@ -212,7 +241,13 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             if cfg.augment:
                 x = augment_batch(x, rng)
             y = torch.from_numpy(targets[idx])
-            loss = F.smooth_l1_loss(model(x.to(cfg.device)), y.to(cfg.device), beta=0.1)
+            if keypoint_targets is None:
+                loss = F.smooth_l1_loss(model(x.to(cfg.device)), y.to(cfg.device), beta=0.1)
+            else:
+                pred, keypoints = model(x.to(cfg.device), return_keypoints=True)
+                n = keypoint_targets.shape[1]
+                loss = F.smooth_l1_loss(pred, y.to(cfg.device), beta=0.1) + cfg.keypoint_weight * F.smooth_l1_loss(
+                    keypoints[:, :n], keypoint_targets[idx].to(cfg.device), beta=0.05)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -236,9 +271,10 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
     model.save_pretrained(out / "model")
     write_json(out / "metrics.json", {"history": history, "val_errors": val_errors, "train_frames": int(len(train_idx)),
                                       "val_frames": int(len(val_idx)), "config": {k: getattr(cfg, k) for k in (
-                                          "steps", "batch_size", "lr", "augment", "seed", "val_fraction")}})
+                                          "steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")}})
     _plot(history, out / "loss.png")
     return PoseTrainResult(model.cpu().eval(), history, val_errors, out)
 
 
-__all__ = ["PoseTrainConfig", "PoseTrainResult", "train_pose_estimator", "split_episodes", "augment_batch"]
+__all__ = ["PoseTrainConfig", "PoseTrainResult", "train_pose_estimator", "split_episodes", "augment_batch",
+           "keypoint_positions"]

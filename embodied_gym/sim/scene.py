@@ -58,6 +58,26 @@ def lookat_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
     return quat
 
 
+
+def project_to_pixels(camera: str, points, frame_size: tuple[int, int]) -> np.ndarray:
+    """Pixel ``(column, row)`` of world ``points`` (..., 3) in the nominal ``camera``'s ``frame_size``
+    (H, W) frame: MuJoCo's pinhole model (vertical ``fovy``, square pixels, looking along -z).
+
+    Only the fixed cameras (``cam_high``, ``cam_front``) at their nominal mount; a randomised look's
+    mount offset (``SceneLook.camera_offsets``) is not applied.
+    """
+    if camera not in _FIXED_CAMERAS:
+        raise ValueError(f"project_to_pixels: {camera!r} is not a fixed camera; valid: {list(_FIXED_CAMERAS)}")
+    c = _FIXED_CAMERAS[camera]
+    pos = np.asarray(c["pos"], float)
+    rot = np.zeros(9)
+    mujoco.mju_quat2Mat(rot, lookat_quat(pos, c["target"]))
+    local = (np.asarray(points, float) - pos) @ rot.reshape(3, 3)  # camera frame: x right, y up, -z forward
+    h, w = frame_size
+    focal = (h / 2) / np.tan(np.deg2rad(c["fovy"]) / 2)
+    depth = -local[..., 2]
+    return np.stack([w / 2 + focal * local[..., 0] / depth, h / 2 - focal * local[..., 1] / depth], axis=-1)
+
 @dataclass
 class SceneLook:
     """How the scene looks. The simulator's default is flat and fast; the stand-in robot

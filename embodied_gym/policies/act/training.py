@@ -110,6 +110,8 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     running = []
     ckpt = last.path if last is not None else None
     while step < preset.steps:
+        for group in optimizer.param_groups:  # the schedule is a function of the step, so resuming needs no state
+            group["lr"] = preset.lr_at(step)
         idx = torch.randint(len(frames), (preset.batch_size,), generator=generator)
         batch = pre(frames.batch(idx))
         loss, parts = policy.forward(batch)
@@ -123,7 +125,7 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
         bar.update(1)
         if step % cfg.log_every == 0 or step == preset.steps:
             row = {"step": step, "loss": float(np.mean(running)), **{k: float(v) for k, v in parts.items()},
-                   "time_s": time.time() - t_train}
+                   "lr": preset.lr_at(step - 1), "time_s": time.time() - t_train}
             running = []
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
