@@ -22,8 +22,8 @@ they differ only in physics or estimator. Each comparison is a paired exact McNe
 evaluation seeds (:func:`embodied_gym.policies.evaluate.paired_comparison`).
 
     # the two pose estimators (BENCHMARKS.md, perception section)
-    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --out runs/bench/perception
-    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --variants randomized --sim-episodes 200 \\
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --keypoint-weight 0 --out runs/bench/perception
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --keypoint-weight 0 --variants randomized --sim-episodes 200 \\
         --steps 4000 --batch-size 64 --out runs/bench/perception_200
     # this benchmark
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench/policies \\
@@ -164,6 +164,8 @@ def main() -> None:
     p.add_argument("--tpo-rollouts", type=int, default=16)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
+    p.add_argument("--tpo-rollout-noise", type=float, default=None,
+                   help="Laplace b of TPO's rollouts (default: TPO's, its likelihood scale 0.1)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
                    choices=[*ROWS, "c_sim"])
     p.add_argument("--stages", choices=["all", "data"], default="all",
@@ -225,7 +227,7 @@ def main() -> None:
             log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
-                                      num_threads=args.threads))
+                                      rollout_noise=args.tpo_rollout_noise, num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
             ev = _eval(tpo_out, real, out / "eval_d.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,

@@ -243,6 +243,22 @@ def test_trajectory_scoring_ranks_success_first():
         target_distance("Juggle", info, info)
 
 
+
+def test_tpo_rollout_noise_scale(tiny_act):
+    """TPO's rollouts sample around the policy with Laplace noise of scale b: b = 0 executes the
+    policy's own chunks (two rollouts of a seed agree), b > 0 moves the executed actions off them."""
+    out, _, _ = tiny_act
+    agent = ACTAgent(out)
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0", max_episode_steps=12)
+    runs = {}
+    for name, b in (("greedy", 0.0), ("greedy2", 0.0), ("noisy", 0.1)):
+        agent.reset()
+        runs[name] = rollout(agent, env, "PickCup", 5, b, np.random.default_rng(1)).actions
+    env.close()
+    torch.testing.assert_close(runs["greedy"], runs["greedy2"])
+    assert float((runs["noisy"] - runs["greedy"]).abs().max()) > 1e-3
+    assert TPOConfig(policy="p", env_id="e", out="o").rollout_noise is None  # default: the likelihood's b
+
 def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     out, _, _ = tiny_act
     cfg = TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "tpo"), iterations=1,

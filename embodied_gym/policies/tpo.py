@@ -82,6 +82,9 @@ class TPOConfig:
     lr: float = setting(1e-5, help="learning rate")
     batch_size: int = setting(8, help="preference pairs per gradient step")
     laplace_scale: float = setting(0.1, help="b of the Laplace likelihood, in normalised action units")
+    rollout_noise: float | None = setting(None, help="b of the Laplace noise the rollouts sample with (default: "
+                                                     "laplace_scale, sampling the policy's own likelihood); "
+                                                     "smaller keeps rollouts near the deployed policy")
     sft_weight: float = setting(0.0, help="add this times ACT's L1 loss on the preferred trajectories "
                                           "(default 0: the paper's loss)")
     physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
@@ -343,6 +346,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         meta["pose_estimator"] = _estimator_description(env, meta.get("pose_estimator"))
     likelihood = ACTLikelihood(policy, agent.pre, cfg.laplace_scale)
     ref_likelihood = ACTLikelihood(reference, agent.pre, cfg.laplace_scale)
+    noise = cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise
 
     try:
         for it in range(start_iter, cfg.iterations):
@@ -353,7 +357,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             for i in tqdm(range(cfg.n_rollouts()), desc=f"tpo {it + 1}/{cfg.iterations} rollouts", unit="ep",
                           disable=not cfg.progress):
                 agent.reset()
-                trajs.append(rollout(agent, env, task, cfg.seed + 1000 * it + i, cfg.laplace_scale, rng))
+                trajs.append(rollout(agent, env, task, cfg.seed + 1000 * it + i, noise, rng))
             scores = [t.score for t in trajs]
             pairs = preference_pairs(scores, cfg.pairs)
             t_roll = time.time() - t0
