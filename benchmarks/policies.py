@@ -164,8 +164,9 @@ def main() -> None:
     p.add_argument("--tpo-rollouts", type=int, default=16)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
-    p.add_argument("--tpo-rollout-noise", type=float, default=None,
-                   help="Laplace b of TPO's rollouts (default: TPO's, its likelihood scale 0.1)")
+    p.add_argument("--tpo-rollout-noise", type=float, default=0.02,
+                   help="Laplace b of TPO's rollouts (TPO's own default is its likelihood scale, 0.1: there the "
+                        "rollouts mostly fail; BENCHMARKS.md has both)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
                    choices=[*ROWS, "c_sim"])
     p.add_argument("--stages", choices=["all", "data"], default="all",
@@ -190,12 +191,15 @@ def main() -> None:
     rows_needing = {"a": ["standin"], "b": ["nominal"], "c": ["calibrated"], "c_sim": ["calibrated"],
                     "d": ["calibrated"], "e": ["calibrated_raw"]}
     needed = {d for r in args.rows for d in rows_needing[r]}
+    calibrating = bool(needed & {"calibrated", "calibrated_raw"}) and not args.physics
+    if calibrating:
+        needed.add("standin")  # the calibration fits the stand-in demos
     data = {}
-    standin = _demos(real, out / "data_standin", args.standin_demos, 0, args.estimator, args)
-    data["standin"] = standin
+    if "standin" in needed:
+        data["standin"] = _demos(real, out / "data_standin", args.standin_demos, 0, args.estimator, args)
     physics = None
     if needed & {"calibrated", "calibrated_raw"}:
-        physics = args.physics or _calibrate(Path(standin["dataset"]), out / "calibrate", args)
+        physics = args.physics or _calibrate(Path(data["standin"]["dataset"]), out / "calibrate", args)
     if "nominal" in needed:
         data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args)
     if "calibrated" in needed:

@@ -56,16 +56,23 @@ def success_chart(task: str, evaluation: dict) -> str:
     rates = [100 * evaluation[n]["success_rate"] for n in names]
     lo = [100 * (evaluation[n]["success_rate"] - evaluation[n]["ci95"][0]) for n in names]
     hi = [100 * (evaluation[n]["ci95"][1] - evaluation[n]["success_rate"]) for n in names]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    import textwrap
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
     x = range(len(names))
     ax.bar(x, rates, yerr=[lo, hi], capsize=4, color="tab:blue", label="stand-in robot (this run, Wilson 95 % CI)")
+    for i, r, h in zip(x, rates, hi):
+        ax.text(i, r + h + 1, f"{r:.0f} %", ha="center", va="bottom", fontsize=8)  # above the interval
     if task in PAPER:
         before, after = PAPER[task]
         ax.axhline(before, color="tab:red", ls="--", lw=1, label=f"paper, real robot: real-data ACT {before} %")
         ax.axhline(after, color="tab:green", ls="--", lw=1, label=f"paper, real robot: after RL {after} %")
-    ax.set_xticks(list(x), [f"{_label(n, evaluation[n])}\n(n={evaluation[n]['episodes']})" for n in names], fontsize=8)
-    ax.set(ylim=(0, 105), ylabel="task success (%)", title=f"{task}: success on the stand-in robot")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_xticks(list(x), [textwrap.fill(_label(n, evaluation[n]), 18) + f"\n(n={evaluation[n]['episodes']})"
+                            for n in names], fontsize=8)
+    ax.set(ylim=(0, 112), ylabel="task success (%)", title=f"{task}: success on the stand-in robot")
+    # below the axes: inside, it would cover the bars (the expert's is near 100 %)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
+    fig.tight_layout()
     return _png_of(fig)
 
 
