@@ -1,8 +1,8 @@
 """How well can ACT (LeRobot's ``ACTPolicy``, the ``cpu`` preset's sizes) learn PickCup when it is given
 the cup's *true* position? An ablation in the nominal sim, not a deployable policy: the policy reads
-``info["object_poses"]`` (privileged state), which no policy on the stand-in ever gets. It separates
-what ACT's training settings cost from what the pose estimate's error costs (the policy benchmark,
-benchmarks/policies.py, gives ACT the estimate instead).
+``info["object_poses"]`` (privileged state), which no policy on the stand-in ever gets. It measures
+ACT's training settings with perfect perception, at every 50 Hz step, in the nominal sim (no delay or
+backlash); the policy benchmark, benchmarks/policies.py, gives ACT the camera's 10 Hz estimate instead.
 
 Demos: ``--demos`` scripted-expert episodes (seeds 50000+), recorded up to 40 steps after success.
 Training: joint state + true cup (x, y, z) -> 20-action chunks, normalised by the dataset's mean and

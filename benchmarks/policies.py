@@ -173,6 +173,9 @@ def main() -> None:
                    help="data: only record and calibrate (then run rows in parallel processes)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--figure", help="also copy the figure here")
+    p.add_argument("--compare", metavar="RESULTS_JSON",
+                   help="also test each row against the same row of another run's results.json (paired: both "
+                        "must use the same evaluation seeds), e.g. a run with another --estimator")
     args = p.parse_args()
     if "e" in args.rows and not args.raw_estimator:
         p.error("row e needs --raw-estimator (a pose estimator trained on raw sim renders)")
@@ -251,6 +254,19 @@ def main() -> None:
             Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(out / "policies.png", args.figure)
     print_table(json.loads(results_path.read_text()))
+    if args.compare:
+        print_comparison_with(json.loads(results_path.read_text()), args.compare)
+
+
+def print_comparison_with(results: dict, other_path: str) -> None:
+    """Each row of ``results`` against the same row of another run (exact McNemar on shared seeds)."""
+    other = json.loads(Path(other_path).read_text())
+    print(f"\n| row: this run vs {other_path} | rates | only this / only that | exact McNemar p |")
+    print("|---|---|---|---|")
+    for key in [k for k in [*ROWS, "c_sim"] if k in results and k in other]:
+        c = paired_comparison({int(k): v for k, v in results[key]["successes"].items()},
+                              {int(k): v for k, v in other[key]["successes"].items()})
+        print(f"| ({key}) | {c.rate_a:.0%} vs {c.rate_b:.0%} (n = {c.n}) | {c.only_a} / {c.only_b} | {c.p_value:.3g} |")
 
 
 def _comparisons(results: dict) -> list[dict]:
