@@ -16,6 +16,7 @@ one torch thread. Evaluation: ``--eval`` episodes (seeds 100000+) in the sim, wi
     MUJOCO_GL=egl .venv/bin/python benchmarks/act_ceiling.py --name cos3 --lr 3e-4 --sched cos
 """
 import os, sys, time, json, argparse, math
+from pathlib import Path
 import numpy as np, torch, gymnasium as gym
 import embodied_gym
 from lerobot.configs.types import FeatureType, PolicyFeature
@@ -29,20 +30,28 @@ p.add_argument("--dropout", type=float, default=0.1); p.add_argument("--chunk", 
 p.add_argument("--batch", type=int, default=32); p.add_argument("--dim", type=int, default=128)
 p.add_argument("--vae", type=int, default=1); p.add_argument("--eval", type=int, default=30)
 p.add_argument("--noise", type=float, default=0.0, help="cup-position noise std (m) at train AND eval")
+p.add_argument("--physics", help="a calibration result JSON: demos and evaluation in that calibrated sim")
+p.add_argument("--hold", type=int, default=1, help="the true position is read every this many steps and held "
+                                                 "in between (5: a 10 Hz camera under 50 Hz control)")
 p.add_argument("--name", required=True)
 p.add_argument("--out", default="runs/bench/act_ceiling")
 a = p.parse_args()
 os.makedirs(a.out, exist_ok=True)
 CHUNK, EXTRA = a.chunk, 40
-cache = f"{a.out}/demos_{a.demos}.npz"
+tag = (f"_{Path(a.physics).parent.parent.name}_{Path(a.physics).parent.name}" if a.physics else "") + \
+    (f"_hold{a.hold}" if a.hold > 1 else "")
+cache = f"{a.out}/demos_{a.demos}{tag}.npz"
+make_kw = {"physics": a.physics} if a.physics else {}
 def cup_state(info): return np.asarray(info["object_poses"]["cup"][:3], np.float32)
 if not os.path.exists(cache):
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", terminate_on_success=False)
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", terminate_on_success=False, **make_kw)
     ex = embodied_gym.make_expert(env); S, E, A, L = [], [], [], []
     for i in range(a.demos):
         obs, info = env.reset(seed=50000 + i); succ = None
         for t in range(400):
-            act = ex(obs, info); S.append(obs["joint_pos"]); E.append(cup_state(info)); A.append(np.asarray(act, np.float32))
+            if t % a.hold == 0:
+                seen = cup_state(info)
+            act = ex(obs, info); S.append(obs["joint_pos"]); E.append(seen); A.append(np.asarray(act, np.float32))
             obs, r, te, tr, info = env.step(act)
             if info["is_success"] and succ is None: succ = t
             if (succ is not None and t >= succ + EXTRA) or tr: break
@@ -85,7 +94,7 @@ for step in range(a.steps):
     if (step + 1) % 1000 == 0: print(step + 1, "l1", np.mean(run), f"{time.time()-t0:.0f}s", flush=True); run = []
 print("trained", f"{time.time()-t0:.0f}s", flush=True)
 torch.save(pol.state_dict(), f"{a.out}/{a.name}.pt")
-pol.eval(); env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
+pol.eval(); env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", **make_kw)
 res = {}
 rng = np.random.default_rng(1)
 for mode in ("ens", "chunk10"):
@@ -96,12 +105,15 @@ for mode in ("ens", "chunk10"):
         pol.config.temporal_ensemble_coeff = None; pol.config.n_action_steps = 10
     wins, hs = [], []
     for i in range(a.eval):
-        obs, info = env.reset(seed=100000 + i); pol.reset(); h = 0
+        obs, info = env.reset(seed=100000 + i); pol.reset(); h = 0; t = 0
         noise = rng.normal(0, a.noise, 3).astype(np.float32) if a.noise else 0
         while True:
+            if t % a.hold == 0:
+                seen = cup_state(info)
+            t += 1
             with torch.no_grad():
                 act = pol.select_action({"observation.state": ((torch.tensor(obs["joint_pos"]) - sm) / ss)[None].float(),
-                                         "observation.environment_state": ((torch.tensor(cup_state(info) + noise) - em) / es)[None].float()})
+                                         "observation.environment_state": ((torch.tensor(seen + noise) - em) / es)[None].float()})
             obs, r, te, tr, info = env.step((act[0] * as_ + am).numpy()); h = max(h, cup_state(info)[2])
             if te or tr: break
         wins.append(bool(info["is_success"])); hs.append(float(h))
