@@ -264,17 +264,20 @@ def print_comparison_with(results: dict, other_path: str) -> None:
     print(f"\n| row: this run vs {other_path} | rates | only this / only that | exact McNemar p |")
     print("|---|---|---|---|")
     for key in [k for k in [*ROWS, "c_sim"] if k in results and k in other]:
-        c = paired_comparison({int(k): v for k, v in results[key]["successes"].items()},
-                              {int(k): v for k, v in other[key]["successes"].items()})
+        c = paired_comparison(_successes(results[key]), _successes(other[key]))
         print(f"| ({key}) | {c.rate_a:.0%} vs {c.rate_b:.0%} (n = {c.n}) | {c.only_a} / {c.only_b} | {c.p_value:.3g} |")
+
+
+def _successes(row: dict) -> dict[int, bool]:
+    """A saved row's per-seed outcomes (JSON keys are strings)."""
+    return {int(k): v for k, v in row["successes"].items()}
 
 
 def _comparisons(results: dict) -> list[dict]:
     out = []
     for x, y in COMPARISONS:
         if x in results and y in results:
-            c = paired_comparison({int(k): v for k, v in results[x]["successes"].items()},
-                                  {int(k): v for k, v in results[y]["successes"].items()})
+            c = paired_comparison(_successes(results[x]), _successes(results[y]))
             out.append({"a": x, "b": y, **c.to_json()})
     return out
 

@@ -44,50 +44,47 @@ def test_config_outputs_and_normalisation():
         PoseEstimatorConfig(crop=(0.5, 0.2, 0.4, 0.8))
 
 
-def test_default_crop_keeps_the_cup_8px_wide():
-    """At the default config the 5 cm cup is at least 8 px wide in the network input."""
+def _cup_segmentations(cfg: PoseEstimatorConfig, seeds):
+    """Per reset of the PickCup sim: (seed, info, the cup's pixel mask in ``cfg.camera`` at ``cfg.frame_size``)."""
     import mujoco
 
-    cfg = PoseEstimatorConfig()
     env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
     u = env.unwrapped
     seg = mujoco.Renderer(u.model, *cfg.frame_size)
     seg.enable_segmentation_rendering()
     cup = [i for i in range(u.model.ngeom) if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")]
+    try:
+        for seed in seeds:
+            _, info = env.reset(seed=seed)
+            seg.update_scene(u.data, camera=cfg.camera)
+            yield seed, info, np.isin(seg.render()[..., 0], cup)
+    finally:
+        seg.close()
+        env.close()
+
+
+def test_default_crop_keeps_the_cup_8px_wide():
+    """At the default config the 5 cm cup is at least 8 px wide in the network input."""
+    cfg = PoseEstimatorConfig()
     t, l, b, r = cfg.crop_box(cfg.frame_size)
     sx = cfg.input_size[1] / (r - l)
     widths = []
-    for seed in range(3):
-        env.reset(seed=seed)
-        seg.update_scene(u.data, camera=cfg.camera)
-        xs = np.nonzero(np.isin(seg.render()[..., 0], cup))[1]
+    for _, _, mask in _cup_segmentations(cfg, range(3)):
+        xs = np.nonzero(mask)[1]
         assert xs.min() >= l and xs.max() < r  # inside the crop
         widths.append((xs.max() - xs.min() + 1) * sx)
-    seg.close()
-    env.close()
     assert min(widths) >= 8, widths
-
 
 
 def test_projection_and_keypoint_targets_land_on_the_cup():
     """project_to_pixels puts the cup's top centre inside the cup's segmentation in the rendered
     frame, and keypoint_positions maps it into the network input's [-1, 1] grid at the same place."""
-    import mujoco
-
     from embodied_gym.perception.train import keypoint_positions
     from embodied_gym.sim.scene import project_to_pixels
 
     cfg = PoseEstimatorConfig()
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")
-    u = env.unwrapped
-    seg = mujoco.Renderer(u.model, *cfg.frame_size)
-    seg.enable_segmentation_rendering()
-    cup = [i for i in range(u.model.ngeom) if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")]
     t, l, b, r = cfg.crop_box(cfg.frame_size)
-    for seed in range(3):
-        _, info = env.reset(seed=seed)
-        seg.update_scene(u.data, camera=cfg.camera)
-        mask = np.isin(seg.render()[..., 0], cup)
+    for seed, info, mask in _cup_segmentations(cfg, range(3)):
         pose = np.asarray(info["object_poses"]["cup"], float)
         col, row = np.round(project_to_pixels(cfg.camera, pose[:3] + [0, 0, 0.05], cfg.frame_size)).astype(int)
         assert mask[row, col], (seed, col, row)
@@ -96,10 +93,9 @@ def test_projection_and_keypoint_targets_land_on_the_cup():
         kx, ky = keypoint_positions(cfg, pose[None, None])[0, 0]
         assert abs(l + (kx + 1) / 2 * (r - l) - cols.mean()) < 4
         assert abs(t + (ky + 1) / 2 * (b - t) - rows.mean()) < 8
-    seg.close()
-    env.close()
     with pytest.raises(ValueError, match="keypoint_weight=0"):
         keypoint_positions(PoseEstimatorConfig(camera="cam_left_wrist"), np.zeros((1, 1, 7)))
+
 
 def test_save_load_round_trip(tmp_path):
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ import html
 import io
 import json
 import os
+import textwrap
 from pathlib import Path
 
 from embodied_gym.atomic import write_text
@@ -56,8 +57,6 @@ def success_chart(task: str, evaluation: dict) -> str:
     rates = [100 * evaluation[n]["success_rate"] for n in names]
     lo = [100 * (evaluation[n]["success_rate"] - evaluation[n]["ci95"][0]) for n in names]
     hi = [100 * (evaluation[n]["ci95"][1] - evaluation[n]["success_rate"]) for n in names]
-    import textwrap
-
     fig, ax = plt.subplots(figsize=(7, 3.8))
     x = range(len(names))
     ax.bar(x, rates, yerr=[lo, hi], capsize=4, color="tab:blue", label="stand-in robot (this run, Wilson 95 % CI)")

@@ -241,13 +241,11 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             if cfg.augment:
                 x = augment_batch(x, rng)
             y = torch.from_numpy(targets[idx])
-            if keypoint_targets is None:
-                loss = F.smooth_l1_loss(model(x.to(cfg.device)), y.to(cfg.device), beta=0.1)
-            else:
-                pred, keypoints = model(x.to(cfg.device), return_keypoints=True)
-                n = keypoint_targets.shape[1]
-                loss = F.smooth_l1_loss(pred, y.to(cfg.device), beta=0.1) + cfg.keypoint_weight * F.smooth_l1_loss(
-                    keypoints[:, :n], keypoint_targets[idx].to(cfg.device), beta=0.05)
+            pred, keypoints = model(x.to(cfg.device), return_keypoints=True)
+            loss = F.smooth_l1_loss(pred, y.to(cfg.device), beta=0.1)
+            if keypoint_targets is not None:  # keypoint k onto object k (the first n_objects keypoints)
+                loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(
+                    keypoints[:, :keypoint_targets.shape[1]], keypoint_targets[idx].to(cfg.device), beta=0.05)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

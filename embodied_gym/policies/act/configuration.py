@@ -7,6 +7,7 @@ command line and its ``--config`` YAML (:mod:`embodied_gym.configs`), and the de
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 from embodied_gym.configs import setting
@@ -39,8 +40,6 @@ class ACTPreset:
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimisation step ``step`` (0-based)."""
-        import math
-
         if self.lr_schedule == "constant":
             return self.lr
         warmup = min(self.warmup_steps, self.steps // 10)  # a short run does not spend itself warming up
@@ -58,7 +57,7 @@ PRESETS: dict[str, ACTPreset] = {
     # are used as recorded: resizing changes what a few-pixel object looks like (and, between sizes of
     # another aspect ratio, its shape), so record at the size to train at. lr 3e-4 with a cosine decay:
     # on PickCup from joint state + the true cup position (200 demos, 8000 steps of batch 32) it reached
-    # 90 % in the sim against 63 % with a constant 1e-4 (docs/policies.md).
+    # 90 % in the sim against 73 % with a constant 1e-4 (benchmarks/act_ceiling.py, docs/policies.md).
     "cpu": ACTPreset(chunk_size=20, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512,
                      n_encoder_layers=2, n_decoder_layers=1, latent_dim=16, n_vae_encoder_layers=2, kl_weight=10.0,
                      lr=3e-4, batch_size=8, steps=2000, image_size=None, lr_schedule="cosine", warmup_steps=200),
