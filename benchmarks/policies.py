@@ -2,9 +2,13 @@
 sized for 2 CPU cores: ACT on joint state + the camera's object-pose estimate.
 
 Every policy is LeRobot's ACT reading ``observation.state`` (the 14 joint positions) and
-``observation.environment_state`` (the cup's x, y, z as the pose estimator sees it in the
-``cam_high`` frame; :mod:`embodied_gym.perception`). The camera stays in the loop: on the stand-in
-the estimate comes from the stand-in's own camera frames, never from its simulator state.
+``observation.environment_state`` (the cup's x, y, z). At evaluation that is always the pose
+estimator's estimate from the ``cam_high`` frame (:mod:`embodied_gym.perception`): on the stand-in
+it comes from the stand-in's own camera frames, never from its simulator state. In the training
+data it is the estimate too for the stand-in demos (a robot has no other), and, with
+``--sim-pose-source ground_truth`` (the default), the simulator's true cup position for the
+generated sim demos (exact labels, read at the camera rate; ``estimate`` records the estimate there
+too, as earlier runs did).
 
 Rows (each evaluated on the stand-in robot, ``EmbodieDreamer-PickCup-Real-v0``, on the same
 ``--eval-episodes`` seeds ``--eval-seed + i``):
@@ -14,8 +18,9 @@ Rows (each evaluated on the stand-in robot, ``EmbodieDreamer-PickCup-Real-v0``, 
 (c) ACT on ``--sim-demos`` demonstrations generated in the calibrated sim (PhysAligner's physics,
     delay and backlash fitted to the stand-in demonstrations of row a);
 (d) (c) after TPO in the calibrated sim (perception-wrapped observations);
-(e) (c)'s data with the estimate of a pose estimator trained on raw sim renders (``--raw-estimator``)
-    instead of ``--estimator``;
+(e) (c) with the estimate of a pose estimator trained on raw sim renders (``--raw-estimator``)
+    instead of ``--estimator``: (c)'s policy evaluated with it (with ``--sim-pose-source estimate``:
+    trained on (c)'s episodes re-recorded with its estimate);
 
 plus (c) in its own sim (the in-domain figure). Rows (b), (c) and (e) use the same episode seeds, so
 they differ only in physics or estimator. Each comparison is a paired exact McNemar test on the
@@ -25,10 +30,16 @@ evaluation seeds (:func:`embodied_gym.policies.evaluate.paired_comparison`).
     MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --keypoint-weight 0 --out runs/bench/perception
     MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --keypoint-weight 0 --variants randomized --sim-episodes 200 \\
         --steps 4000 --batch-size 64 --out runs/bench/perception_200
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --variants randomized --sim-episodes 200 \\
+        --steps 4000 --batch-size 64 --out runs/bench/perception_200kp
     # this benchmark
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench/policies \\
-        --estimator runs/bench/perception_200/models/randomized/model \\
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench/policies_gt \\
+        --estimator runs/bench/perception_200kp/models/randomized/model \\
         --raw-estimator runs/bench/perception/models/raw/model
+
+``--robot-config FILE`` runs the whole loop against another stand-in world (its demos, its
+calibration, its evaluations); the nominal-sim stages (row b) do not depend on the world, so a copy of
+another run's ``data_nominal`` and ``act_b`` in ``--out`` is reused as is.
 
 Every stage writes its output atomically and is skipped when it is there, so an interrupted run
 resumes where it stopped (a changed setting needs a new ``--out``). ``--rows`` runs a subset, in the
@@ -68,15 +79,20 @@ def _say(msg: str) -> None:
     print(f"[policies] {msg}", flush=True)
 
 
-def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, args, physics=None) -> dict:
-    """Scripted-expert demonstrations in ``env_id`` with the estimator's pose estimate as the
-    environment state (no video stored: ACT reads the estimate, not the frames)."""
+def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, args, physics=None,
+           pose_source: str = "estimate") -> dict:
+    """Scripted-expert demonstrations in ``env_id`` with the estimator's pose estimate (or, with
+    ``pose_source="ground_truth"``, the sim's true poses in its layout) as the environment state (no
+    video stored: ACT reads the pose, not the frames)."""
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
     if have < episodes:
-        _say(f"recording {episodes - have} demos in {env_id} -> {root}")
-        kwargs = dict(pose_estimator=estimator, obs_type="pixels_state", camera_fps=args.camera_fps)
+        _say(f"recording {episodes - have} demos in {env_id} -> {root} (poses: {pose_source})")
+        kwargs = dict(pose_estimator=estimator, camera_fps=args.camera_fps, pose_source=pose_source,
+                      obs_type="state" if pose_source == "ground_truth" else "pixels_state")
         if physics is not None:
             kwargs["physics"] = physics
+        if args.robot_config and embodied_gym.parse_env_id(env_id).real:
+            kwargs["robot_config"] = args.robot_config
         record_expert_demos(env_id, kwargs, root, episodes - have, seed=seed, resume=is_dataset(root),
                             after_success_steps=args.after_success_steps, cameras=())
     rows = read_sidecar(root)
@@ -116,11 +132,13 @@ def _train_time(log: Path) -> float:
     return total + last
 
 
-def _eval(policy: Path, env_id: str, out: Path, args, physics=None) -> dict:
+def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimator=None) -> dict:
     if not out.exists():
         _say(f"evaluating {policy} on {env_id} ({args.eval_episodes} episodes)")
+        robot = args.robot_config if embodied_gym.parse_env_id(env_id).real else None
         evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
-                        temporal_ensemble_coeff=args.temporal_ensemble)
+                        temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
+                        robot_config=robot)
     return json.loads(out.read_text())
 
 
@@ -144,9 +162,16 @@ def main() -> None:
     p.add_argument("--estimator", required=True, help="pose estimator folder of rows a-d (and the calibrated sim)")
     p.add_argument("--raw-estimator", help="pose estimator trained on raw sim renders (row e)")
     p.add_argument("--physics", help="a calibration result JSON to use instead of calibrating here")
+    p.add_argument("--robot-config", metavar="FILE",
+                   help="stand-in robot config of every -Real- env here (the demos of row a, which the calibration "
+                        "fits, and every evaluation), e.g. embodied_gym/robots/stand_in_world2.yaml: the whole "
+                        "loop against another robot"),
     p.add_argument("--calibration-budget", type=float, default=240.0, help="PhysAligner's budget, s")
     p.add_argument("--standin-demos", type=int, default=50)
     p.add_argument("--sim-demos", type=int, default=200, help="demos generated in each sim (rows b, c, e)")
+    p.add_argument("--sim-pose-source", choices=("ground_truth", "estimate"), default="ground_truth",
+                   help="the cup position stored in the generated sim demos: the sim's true one, read at the camera "
+                        "rate (default), or the estimator's estimate (evaluation always uses the estimate)")
     p.add_argument("--camera-fps", type=float, default=10.0,
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
@@ -193,6 +218,9 @@ def main() -> None:
     # data: the stand-in demos, the calibration, and the generated sim demos (same seeds in each sim)
     rows_needing = {"a": ["standin"], "b": ["nominal"], "c": ["calibrated"], "c_sim": ["calibrated"],
                     "d": ["calibrated"], "e": ["calibrated_raw"]}
+    ground_truth = args.sim_pose_source == "ground_truth"
+    if ground_truth:  # row e is (c)'s policy, evaluated with the raw-render estimator
+        rows_needing["e"] = ["calibrated"]
     needed = {d for r in args.rows for d in rows_needing[r]}
     calibrating = bool(needed & {"calibrated", "calibrated_raw"}) and not args.physics
     if calibrating:
@@ -204,10 +232,11 @@ def main() -> None:
     if needed & {"calibrated", "calibrated_raw"}:
         physics = args.physics or _calibrate(Path(data["standin"]["dataset"]), out / "calibrate", args)
     if "nominal" in needed:
-        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args)
+        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args,
+                                 pose_source=args.sim_pose_source)
     if "calibrated" in needed:
         data["calibrated"] = _demos(sim, out / "data_calibrated", args.sim_demos, 50_000, args.estimator, args,
-                                    physics=physics)
+                                    physics=physics, pose_source=args.sim_pose_source)
     if "calibrated_raw" in needed:
         data["calibrated_raw"] = _demos(sim, out / "data_calibrated_raw", args.sim_demos, 50_000, args.raw_estimator,
                                         args, physics=physics)
@@ -218,7 +247,11 @@ def main() -> None:
     source = {"a": "standin", "b": "nominal", "c": "calibrated", "e": "calibrated_raw"}
     for key in args.rows:  # in the order given; results are saved after every row
         results = {}
-        if key in source:
+        if key == "e" and ground_truth:
+            t = _train(data["calibrated"]["dataset"], out / "act_c", args)
+            ev = _eval(out / "act_c", real, out / "eval_e.json", args, pose_estimator=args.raw_estimator)
+            results[key] = _row(ROWS[key], ev, train_time_s=t, steps=args.steps, data=data["calibrated"])
+        elif key in source:
             t = _train(data[source[key]]["dataset"], out / f"act_{key}", args)
             ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t, steps=args.steps, data=data[source[key]])

@@ -13,7 +13,7 @@ from typing import Any
 
 def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, physics=None,
              visaligner: str | os.PathLike | None = None, visaligner_steps: int | None = None,
-             realtime: bool = False, pose_estimator=None, **kwargs: Any):
+             realtime: bool = False, pose_estimator=None, pose_source: str = "estimate", **kwargs: Any):
     """``gym.make(env_id, **kwargs)`` with the options every command shares.
 
     Args:
@@ -27,6 +27,10 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
             with :class:`~embodied_gym.perception.PoseEstimateWrapper`, which adds the estimate as
             ``obs["object_pose_estimate"]``. Its camera is added to ``cameras``, ``obs_type="state"``
             becomes ``"pixels_state"`` and ``image_size`` defaults to the estimator's frame size.
+        pose_source: with ``pose_estimator``: ``"estimate"`` (the above) or ``"ground_truth"`` (sim
+            ids only): :class:`~embodied_gym.perception.wrapper.GroundTruthPoseWrapper` puts the
+            simulator's true poses in that entry, in the estimator's layout, for recording demos
+            with exact labels; no camera is added.
         **kwargs: the env's own kwargs (``obs_type``, ``cameras``, ``image_size``, ...).
 
     Raises:
@@ -50,6 +54,18 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
             kw["robot_config"] = str(robot_config)
     elif robot_config:
         raise ValueError(f"--robot-config only applies to -Real- env ids, not {env_id}")
+    if pose_source != "estimate":  # the perception package (torch) is imported only when it is used
+        from embodied_gym.perception.wrapper import POSE_SOURCES
+
+        if pose_source not in POSE_SOURCES:
+            raise ValueError(f"pose_source must be one of {list(POSE_SOURCES)}, got {pose_source!r}")
+    ground_truth = pose_source == "ground_truth"
+    if ground_truth and pose_estimator is None:
+        raise ValueError("pose_source='ground_truth' needs the pose estimator the policy will run on "
+                         "(pose_estimator=DIR): it fixes the layout of the recorded poses")
+    if ground_truth and real:
+        raise ValueError(f"pose_source='ground_truth' records the simulator's true object poses; {env_id} is a robot, "
+                         f"which has none to give a policy: record it with pose_source='estimate'")
     if pose_estimator is not None:
         from embodied_gym.perception.modeling import PoseEstimator
 
@@ -57,11 +73,12 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
         if not isinstance(pose_estimator, PoseEstimator):
             pose_estimator = PoseEstimator.from_pretrained(pose_estimator)  # raises naming the folder
         est = pose_estimator.config
-        if kw.get("obs_type", "state") == "state":
-            kw["obs_type"] = "pixels_state"
-        cams = tuple(kw.get("cameras") or ())
-        if est.camera not in cams:
-            kw["cameras"] = cams + (est.camera,)
+        if not ground_truth:  # the estimator reads its camera's frame
+            if kw.get("obs_type", "state") == "state":
+                kw["obs_type"] = "pixels_state"
+            cams = tuple(kw.get("cameras") or ())
+            if est.camera not in cams:
+                kw["cameras"] = cams + (est.camera,)
         kw.setdefault("image_size", tuple(est.frame_size))
     if visaligner and real:
         raise ValueError("--visaligner renders sim frames photoreal; it makes no sense on a -Real- id")
@@ -73,11 +90,11 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
         env = VisAlignerWrapper(env, visaligner, camera=cams[0] if cams else "cam_high",
                                 num_inference_steps=visaligner_steps)
     if pose_estimator is not None:
-        from embodied_gym.perception.wrapper import PoseEstimateWrapper, estimator_source
+        from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper, estimator_source
 
-        env = PoseEstimateWrapper(env, pose_estimator)
+        env = (GroundTruthPoseWrapper if ground_truth else PoseEstimateWrapper)(env, pose_estimator)
         if not isinstance(source, PoseEstimator):
-            env.source = estimator_source(source)
+            env.source = {**estimator_source(source), **({"values": "ground_truth"} if ground_truth else {})}
     return env
 
 

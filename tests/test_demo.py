@@ -42,6 +42,11 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     ckpt = latest_checkpoint(smoke_run / "act_aligned" / "policy")
     meta = json.loads((ckpt / "pretrained_model" / "embodied_gym_policy.json").read_text())
     assert meta["env_state"] and meta["camera_fps"] == 10 and meta["pose_estimator"]["path"].endswith("model")
+    # the aligned-sim demos hold the sim's true poses (sim_pose_source), the stand-in demos the estimate
+    assert meta["pose_estimator"]["values"] == "ground_truth"
+    real_meta = json.loads((latest_checkpoint(smoke_run / "act_real" / "policy") / "pretrained_model" /
+                            "embodied_gym_policy.json").read_text())
+    assert "values" not in real_meta["pose_estimator"]
     paired = summary["tasks"]["PickCup"]["paired"]
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
     assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
@@ -117,6 +122,9 @@ def test_config_errors_name_the_problem(tmp_path):
         load_config("quick", str(bad))
     bad.write_text("observation: telepathy\n")
     with pytest.raises(ValueError, match="telepathy"):
+        load_config("quick", str(bad))
+    bad.write_text("sim_pose_source: oracle\n")
+    with pytest.raises(ValueError, match="sim_pose_source: 'oracle'"):
         load_config("quick", str(bad))
     cfg = load_config("quick")
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30

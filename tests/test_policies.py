@@ -441,6 +441,47 @@ def test_act_on_estimated_object_poses_end_to_end(tmp_path):
         make_env_for(load_agent(str(out), pose_estimator=str(tmp_path / "nowhere")), sim)
 
 
+def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
+    """Sim demos recorded with the true cup position (pose_source="ground_truth") train a policy that
+    is deployed on the estimator's estimate: its meta names the estimator, evaluation wraps the env
+    with PoseEstimateWrapper (never the ground truth), at the recording's camera rate."""
+    from embodied_gym.data import features as F
+    from embodied_gym.data.parallel import record_expert_demos
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.perception import PoseEstimateWrapper, PoseEstimator, PoseEstimatorConfig
+    from embodied_gym.perception.wrapper import GroundTruthPoseWrapper
+
+    torch.manual_seed(0)
+    est_cfg = PoseEstimatorConfig(frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8,
+                                  hidden=32)
+    est_dir = PoseEstimator(est_cfg).save_pretrained(tmp_path / "estimator")
+    sim = "EmbodieDreamer-PickCup-v0"
+    kwargs = dict(pose_estimator=str(est_dir), pose_source="ground_truth", obs_type="state", camera_fps=10,
+                  max_episode_steps=30)
+    record_expert_demos(sim, kwargs, tmp_path / "ds", 2, workers=1, progress=False, cameras=())
+    ds = open_dataset(tmp_path / "ds")
+    rows = ds.rows()
+    assert rows[0]["pose_estimator"]["values"] == "ground_truth" and rows[0]["camera_fps"] == 10
+    env_state = np.stack(ds.table()[F.ENV_STATE])
+    assert env_state.shape == (60, 3)
+    np.testing.assert_allclose(env_state[0], rows[0]["layout"]["cup"][:3], atol=1e-5)  # the true start position
+
+    out = tmp_path / "act"
+    train_act(ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(out), steps=4, batch_size=4, chunk_size=5,
+                             n_action_steps=5, save_every=4, log_every=2, progress=False, overrides=TINY))
+    act = load_agent(str(out))
+    assert act.requirements.pose_estimator == str(est_dir.resolve()) and act.requirements.camera_fps == 10
+    env = make_env_for(act, sim)
+    wrappers = []
+    e = env
+    while isinstance(e, gym.Wrapper):
+        wrappers.append(type(e))
+        e = e.env
+    assert PoseEstimateWrapper in wrappers and GroundTruthPoseWrapper not in wrappers
+    assert env.unwrapped.camera_fps == 10
+    env.close()
+
+
 # ----------------------------------------------------------------------------- paired comparison
 def test_mcnemar_exact_on_known_tables():
     from embodied_gym.policies.evaluate import mcnemar_exact

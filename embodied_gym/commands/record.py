@@ -26,6 +26,10 @@ def add_arguments(p) -> None:
     p.add_argument("--pose-estimator", metavar="DIR",
                    help="pose estimator folder: its estimate from the camera is stored as "
                         "observation.environment_state (the camera is rendered even with --cameras none)")
+    p.add_argument("--pose-source", choices=("estimate", "ground_truth"), default="estimate",
+                   help="with --pose-estimator: store its estimate (default), or, on sim ids, the simulator's true "
+                        "object poses in the estimator's layout (exact labels; the trained policy still runs on "
+                        "the estimator, whose folder the dataset names; no camera is rendered for it)")
     p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
     p.add_argument("--crf", type=int, default=DEFAULT_CRF,
                    help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)")
@@ -49,6 +53,11 @@ def run(args) -> int:
     env_kwargs = dict(robot_config=args.robot_config, realtime=args.realtime,
                       obs_type="pixels_state" if cameras else "state", cameras=cameras,
                       image_size=tuple(args.image_size), pose_estimator=args.pose_estimator)
+    if args.pose_source != "estimate":
+        if not args.pose_estimator:
+            raise UserInputError(f"--pose-source {args.pose_source} needs --pose-estimator DIR (the estimator the "
+                                 f"policy will run on: it fixes the layout of the stored poses)")
+        env_kwargs["pose_source"] = args.pose_source
     if args.workers is not None and args.workers < 1:
         raise UserInputError(f"--workers must be at least 1 (1 records in this process), got {args.workers}")
     options = dict(seed=args.seed, resume=args.resume, vcodec=args.vcodec,

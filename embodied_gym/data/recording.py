@@ -22,7 +22,10 @@ When the observation holds ``object_pose_estimate`` (the env is wrapped with
 :class:`~embodied_gym.perception.PoseEstimateWrapper`), the estimate is stored as
 ``observation.environment_state`` (float32, named by the estimator's outputs), and the sidecar row
 names the estimator (folder, weights hash, camera, frame size) so a policy trained on the dataset
-can rebuild the same observation.
+can rebuild the same observation. A sim env wrapped with
+:class:`~embodied_gym.perception.wrapper.GroundTruthPoseWrapper` stores the simulator's true poses
+there instead, in the estimator's layout; its row names the estimator too, with
+``"values": "ground_truth"``, and the policy runs on the estimator's estimate.
 """
 
 from __future__ import annotations
@@ -75,13 +78,13 @@ def _jsonable(poses: dict) -> dict:
 
 def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
     """(observation key, entry names, estimator description) of the env's pose estimate, or None."""
-    from embodied_gym.perception.wrapper import KEY, PoseEstimateWrapper
+    from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, PoseEstimateWrapper
 
     space = getattr(env.observation_space, "spaces", {})
     e = env
     while isinstance(e, gym.Wrapper):
-        if isinstance(e, PoseEstimateWrapper):
-            cfg = e.estimator.config
+        if isinstance(e, (PoseEstimateWrapper, GroundTruthPoseWrapper)):
+            cfg = e.config
             about = dict(e.source or {}, camera=cfg.camera, image_size=list(env.unwrapped.image_size),
                          names=list(cfg.output_names))
             return e.key, list(cfg.output_names), about
@@ -204,8 +207,10 @@ def plan_recording(env: gym.Env, cameras: tuple[str, ...] | None = None,
     if missing:
         raise ValueError(f"record(cameras={tuple(cameras)}): the env renders {list(rendered)}, not {missing}; make "
                          f"it with obs_type='pixels_state' and those cameras")
-    fps = getattr(u, "camera_fps", None) if rendered else None
-    return RecordingPlan(tuple(cameras), tuple(u.image_size), _pose_estimate(env), fps)
+    estimate = _pose_estimate(env)
+    # The camera rate matters where frames, or poses seen through the camera, are held between frames.
+    fps = getattr(u, "camera_fps", None) if (rendered or estimate) else None
+    return RecordingPlan(tuple(cameras), tuple(u.image_size), estimate, fps)
 
 
 @contextlib.contextmanager

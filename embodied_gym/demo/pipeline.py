@@ -49,14 +49,18 @@ def _say(msg: str) -> None:
 def _record(env_id: str, out: Path, episodes: int, seed: int, camera: str, image_size, physics=None,
             max_episode_steps: int | None = None, after_success_steps: int = AFTER_SUCCESS_STEPS,
             crf: int | None = DEFAULT_CRF, estimator: str | None = None, robot_config: str | None = None,
-            camera_fps: float | None = None, workers: int | None = None, backend: str = "local") -> dict:
+            camera_fps: float | None = None, workers: int | None = None, backend: str = "local",
+            pose_source: str = "estimate") -> dict:
     """Expert demonstrations in ``env_id``, rolled out by ``workers`` processes: with ``estimator``,
-    joint state + its pose estimate (no video stored); without, joint state + ``camera`` frames at
+    joint state + its pose estimate (``pose_source="ground_truth"``, sim ids: the sim's true poses
+    in its layout; no video stored either way); without, joint state + ``camera`` frames at
     ``image_size``."""
     from embodied_gym.data.parallel import record_expert_demos
 
-    kwargs = dict(obs_type="pixels_state", camera_fps=camera_fps, physics=physics, robot_config=robot_config,
-                  pose_estimator=estimator)
+    ground_truth = estimator is not None and pose_source == "ground_truth"
+    kwargs = dict(obs_type="state" if ground_truth else "pixels_state", camera_fps=camera_fps, physics=physics,
+                  robot_config=robot_config, pose_estimator=estimator,
+                  pose_source="ground_truth" if ground_truth else None)
     if estimator is None:
         kwargs.update(cameras=(camera,), image_size=tuple(image_size))
     if max_episode_steps:
@@ -124,7 +128,7 @@ def stage_generate(cfg: DemoConfig, task: str, folder: Path, real_dataset: str, 
         out = _record(embodied_gym.env_id(task), folder / "dataset", g.episodes, g.seed, r.camera, r.image_size,
                       physics=physics, max_episode_steps=cfg.max_episode_steps,
                       after_success_steps=g.after_success_steps, estimator=estimator, camera_fps=cfg.camera_fps,
-                      workers=g.workers, backend=g.backend)
+                      workers=g.workers, backend=g.backend, pose_source=cfg.sim_pose_source)
         return {**out, "sim_expert_success": out["expert_success"]}
     return generate_aligned_demos(replace(g, task=task, physics=physics, model=model, reference=str(real_dataset),
                                           camera=r.camera, image_size=tuple(r.image_size),
@@ -241,6 +245,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                     stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
         # how many processes roll out the sim episodes does not change them: not part of the key
         gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
+        if pose:
+            gen_settings["sim_pose_source"] = cfg.sim_pose_source
         gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
                     lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
         act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))

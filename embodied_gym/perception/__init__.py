@@ -11,7 +11,9 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
   ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
   domain-randomised scene looks.
 - :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate).
-- :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy.
+- :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy;
+  :class:`GroundTruthPoseWrapper`: the same entry from the simulator's true poses, for recording
+  sim demonstrations with exact labels (the policy still runs on the estimate).
 """
 
 from embodied_gym.perception.configuration import PoseEstimatorConfig
@@ -20,8 +22,9 @@ from embodied_gym.perception.data import (Frames, generate_frames, load_frames, 
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
 from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
-from embodied_gym.perception.wrapper import PoseEstimateWrapper
+from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper
 
 __all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "write_episode", "load_frames", "per_frame",
            "randomized_look",
-           "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper"]
+           "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper",
+           "GroundTruthPoseWrapper"]

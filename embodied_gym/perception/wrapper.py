@@ -1,11 +1,18 @@
-"""``PoseEstimateWrapper``: adds the perception model's object-pose estimate to the observation.
+"""The object-pose entry of a policy's observation, ``obs["object_pose_estimate"]``.
 
-The wrapper reads the camera frame that is already in the observation, runs the
-:class:`~embodied_gym.perception.modeling.PoseEstimator` on it and adds the estimate under
-``"object_pose_estimate"``. It never reads ``info`` or any simulator state, so it works identically
-on sim ids and ``-Real-`` ids (where the frame is the stand-in robot's or a real robot's camera) and
-never hands a policy privileged state: in the paper's Real2Sim2Real loop (arXiv 2507.05198) a policy
-trained in the simulator must run on the robot from what the robot can observe.
+- :class:`PoseEstimateWrapper` reads the camera frame that is already in the observation, runs the
+  :class:`~embodied_gym.perception.modeling.PoseEstimator` on it and adds the estimate. It never
+  reads ``info`` or any simulator state, so it works identically on sim ids and ``-Real-`` ids
+  (where the frame is the stand-in robot's or a real robot's camera) and never hands a policy
+  privileged state: in the paper's Real2Sim2Real loop (arXiv 2507.05198) a policy trained in the
+  simulator must run on the robot from what the robot can observe. Evaluation and deployment
+  always use it.
+- :class:`GroundTruthPoseWrapper` (sim ids only) fills the same entry, in the same layout, with the
+  simulator's *true* object poses, for recording demonstrations in the simulator: a dataset
+  recorded with it trains a policy on exact labels, and the policy then runs on the estimator's
+  estimate (its dataset names the estimator, as an estimate-recorded one does). The simulator is the
+  one place such labels exist; on PickCup they train a better policy than the estimate does
+  (BENCHMARKS.md, policy section).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from gymnasium import spaces
 from embodied_gym.perception.modeling import PoseEstimator
 
 KEY = "object_pose_estimate"
+#: What a recording stores as the pose entry: the estimator's estimate, or the simulator's true poses
+#: in the estimator's layout (sim ids only).
+POSE_SOURCES = ("estimate", "ground_truth")
 
 
 def estimator_source(folder: str | os.PathLike) -> dict:
@@ -110,6 +120,11 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         self._low, self._high = low, high
         self.observation_space = spaces.Dict({**space.spaces, key: spaces.Box(low, high, dtype=np.float32)})
 
+    @property
+    def config(self):
+        """The estimator's :class:`~embodied_gym.perception.configuration.PoseEstimatorConfig`."""
+        return self.estimator.config
+
     def observation(self, observation: dict) -> dict:
         estimate = self.estimator.estimate(observation[self.estimator.config.camera])
         if not np.all(np.isfinite(estimate)):
@@ -117,4 +132,74 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         return {**observation, self.key: np.clip(estimate, self._low, self._high).astype(np.float32)}
 
 
-__all__ = ["PoseEstimateWrapper", "KEY", "estimator_source"]
+class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Sim ids only: add ``obs["object_pose_estimate"]`` holding the simulator's true object poses, in the
+    layout a pose estimator's estimate has, for recording demonstrations with exact labels.
+
+    Args:
+        env: an embodied-gym *sim* env (its ``info["object_poses"]`` is the ground truth).
+        estimator: the :class:`PoseEstimator` (or its folder) the policy will run on: it fixes the
+            entry's layout (``config.output_names``: ``[cup.x, cup.y, cup.z]`` for PickCup) and is
+            named in the recording (:attr:`source`) so evaluation wraps the env with it. It is not
+            run here, so the env needs no camera.
+        key: the observation key.
+
+    The entry is what the estimator would be trained to output (``config.targets`` of the poses),
+    clipped into the same Box as :class:`PoseEstimateWrapper`'s. It is read at the env's camera rate
+    (``camera_fps``; every control step when None) and held in between, as an estimate from a camera
+    at that rate is, so training and deployment see the pose refreshed at the same times.
+
+    Raises:
+        ValueError: a ``-Real-`` env (a robot has no ground truth to give a policy; use
+            :class:`PoseEstimateWrapper`), a Dict observation that already has ``key``, or another task.
+    """
+
+    def __init__(self, env: gym.Env, estimator: PoseEstimator | str | os.PathLike, key: str = KEY):
+        gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key)
+        gym.Wrapper.__init__(self, env)
+        from embodied_gym.envs.real_env import AlohaRealEnv
+        from embodied_gym.envs.spaces import camera_period
+
+        if isinstance(env.unwrapped, AlohaRealEnv):
+            raise ValueError("GroundTruthPoseWrapper gives the simulator's true object poses, and a robot has none to "
+                             "give a policy: record a -Real- id with the pose estimator's estimate "
+                             "(pose_source='estimate', PoseEstimateWrapper)")
+        #: where the estimator was loaded from plus ``values: "ground_truth"`` (None for an in-memory model)
+        self.source = None
+        if not isinstance(estimator, PoseEstimator):
+            folder = estimator
+            estimator = PoseEstimator.from_pretrained(folder)
+            self.source = {**estimator_source(folder), "values": "ground_truth"}
+        self.config = estimator.config
+        self.key = key
+        task = getattr(env.unwrapped, "task", None)
+        if task is not None and getattr(task, "name", self.config.task) != self.config.task:
+            raise ValueError(f"the pose estimator was trained for {self.config.task}, but the env runs {task.name}")
+        space = env.observation_space
+        if not isinstance(space, spaces.Dict):
+            raise ValueError(f"GroundTruthPoseWrapper needs a Dict observation, got {type(space).__name__}")
+        if key in space.spaces:
+            raise ValueError(f"the observation already has a {key!r} entry; pass another key=")
+        self._low, self._high = self.config.output_bounds()
+        self.observation_space = spaces.Dict({**space.spaces, key: spaces.Box(self._low, self._high, dtype=np.float32)})
+        self._period = camera_period(getattr(env.unwrapped, "camera_fps", None))
+        self._held = None
+
+    def _with_pose(self, obs: dict, info: dict) -> dict:
+        if self._held is None or int(info.get("step", 0)) % self._period == 0:
+            poses = info["object_poses"]
+            row = np.stack([np.asarray(poses[o], dtype=np.float64) for o in self.config.objects])[None]
+            self._held = np.clip(self.config.targets(row)[0], self._low, self._high).astype(np.float32)
+        return {**obs, self.key: self._held.copy()}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._held = None
+        return self._with_pose(obs, info), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_pose(obs, info), reward, terminated, truncated, info
+
+
+__all__ = ["PoseEstimateWrapper", "GroundTruthPoseWrapper", "KEY", "POSE_SOURCES", "estimator_source"]
