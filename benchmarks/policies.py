@@ -117,7 +117,8 @@ def _train(dataset: str, out: Path, args) -> float:
         train_act(ACTTrainConfig(dataset=dataset, out=str(out), preset="cpu", images=False, env_state=True,
                                  steps=args.steps, batch_size=args.batch_size, chunk_size=args.chunk_size,
                                  resume=ckpt is not None, num_threads=args.threads,
-                                 save_every=max(100, args.steps // 4), overrides=dict(args.act_override)))
+                                 save_every=max(100, args.steps // 4), overrides=dict(args.act_override),
+                                 successful_only=args.successful_demos_only))
     return _train_time(out / "train_log.jsonl")
 
 
@@ -165,7 +166,7 @@ def main() -> None:
     p.add_argument("--robot-config", metavar="FILE",
                    help="stand-in robot config of every -Real- env here (the demos of row a, which the calibration "
                         "fits, and every evaluation), e.g. embodied_gym/robots/stand_in_world2.yaml: the whole "
-                        "loop against another robot"),
+                        "loop against another robot")
     p.add_argument("--calibration-budget", type=float, default=240.0, help="PhysAligner's budget, s")
     p.add_argument("--standin-demos", type=int, default=50)
     p.add_argument("--sim-demos", type=int, default=200, help="demos generated in each sim (rows b, c, e)")
@@ -176,6 +177,9 @@ def main() -> None:
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
+    p.add_argument("--successful-demos-only", action="store_true",
+                   help="train ACT only on the demos the expert succeeded in (train act --successful-only); "
+                        "on world2 the expert fails about 30 %% of them")
     p.add_argument("--steps", type=int, default=8000, help="ACT optimisation steps per row")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--chunk-size", type=int, default=20)

@@ -481,6 +481,23 @@ def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
     assert env.unwrapped.camera_fps == 10
     env.close()
 
+    # --successful-only: the 30-step episodes never succeed, so nothing is left to imitate; with one
+    # marked successful, only it is trained on (the meta names it)
+    assert not any(r["success"] for r in rows)
+    only = dict(dataset=str(tmp_path / "ds"), steps=2, batch_size=4, chunk_size=5, n_action_steps=5, save_every=2,
+                log_every=1, progress=False, overrides=TINY, successful_only=True)
+    with pytest.raises(ValueError, match="none of the 2 training episodes succeeded"):
+        train_act(ACTTrainConfig(out=str(tmp_path / "none"), **only))
+    from embodied_gym.data.features import SIDECAR
+
+    sidecar = tmp_path / "ds" / SIDECAR
+    lines = [json.loads(x) for x in sidecar.read_text().splitlines()]
+    lines[1]["success"] = True
+    sidecar.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    train_act(ACTTrainConfig(out=str(tmp_path / "one"), **only))
+    meta = json.loads((latest_checkpoint(tmp_path / "one") / "pretrained_model" / "embodied_gym_policy.json").read_text())
+    assert meta["episodes"] == [1]
+
 
 # ----------------------------------------------------------------------------- paired comparison
 def test_mcnemar_exact_on_known_tables():

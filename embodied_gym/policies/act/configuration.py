@@ -101,6 +101,8 @@ class ACTTrainConfig:
                                                       "torchvision's resnet18 IMAGENET1K_V1 state dict saved on a "
                                                       "machine with network; default: random init, never downloaded")
     episodes: list[int] | None = setting(None, help="dataset episodes to train on (default: all)")
+    successful_only: bool = setting(False, help="only the episodes (of --episodes) whose sidecar row marks them "
+                                                "successful: a scripted expert's failed demos are not imitated")
     save_every: int = setting(500, help="steps between checkpoints")
     log_every: int = setting(50, help="steps between rows of train_log.jsonl")
     seed: int = setting(0, help="seed of the initialisation and the sampler")

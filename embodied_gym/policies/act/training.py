@@ -68,6 +68,8 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
                               f"another --out")
     ds = open_dataset(cfg.dataset)
     episodes = ds.check_episodes(cfg.episodes) if cfg.episodes is not None else None
+    if cfg.successful_only:
+        episodes = _successful_episodes(ds, episodes)
     use_env = _use_env_state(ds, cfg)
     use_images = cfg.images if cfg.images is not None else bool(ds.cameras) or not use_env
     cameras = select_cameras(ds, cfg.cameras) if use_images else []
@@ -83,6 +85,8 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": trained,
             "control_mode": "joint_pos", "dataset": str(cfg.dataset), "task": task, "preset": cfg.preset,
             "settings": asdict(preset), "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff}
+    if episodes is not None:
+        meta["episodes"] = episodes  # a subset: --episodes or --successful-only
     if use_env:
         meta["env_state"] = list(ds.features[F.ENV_STATE].get("names") or [])
         meta["pose_estimator"] = _pose_estimator_of(ds, episodes)
@@ -144,6 +148,25 @@ def _use_env_state(ds, cfg: ACTTrainConfig) -> bool:
         raise ValueError(f"--env-state: dataset {ds.root} has no {F.ENV_STATE}; record it with "
                          f"`embodied-gym record --pose-estimator DIR`, or drop --env-state")
     return present if cfg.env_state is None else bool(cfg.env_state)
+
+
+def _successful_episodes(ds, episodes: list[int] | None) -> list[int]:
+    """The episodes (all by default) whose sidecar row says ``success``.
+
+    Raises:
+        ValueError: the dataset has no sidecar rows to tell (a dataset recorded elsewhere), or none
+            of the episodes succeeded.
+    """
+    rows = {r["episode_index"]: r for r in ds.rows()}
+    chosen = ds.check_episodes(episodes)
+    if not rows:
+        raise ValueError(f"dataset {ds.root} has no per-episode success marks (no sidecar rows from `embodied-gym "
+                         f"record`); drop --successful-only or pass --episodes")
+    kept = [e for e in chosen if rows.get(e, {}).get("success")]
+    if not kept:
+        raise ValueError(f"dataset {ds.root}: none of the {len(chosen)} training episodes succeeded; drop "
+                         f"--successful-only or record better demonstrations")
+    return kept
 
 
 def _pose_estimator_of(ds, episodes) -> dict | None:
