@@ -94,7 +94,7 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
 
         env = (GroundTruthPoseWrapper if ground_truth else PoseEstimateWrapper)(env, pose_estimator)
         if not isinstance(source, PoseEstimator):
-            env.source = {**estimator_source(source), **({"values": "ground_truth"} if ground_truth else {})}
+            env.source = estimator_source(source)
     return env
 
 

@@ -164,12 +164,11 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise ValueError("GroundTruthPoseWrapper gives the simulator's true object poses, and a robot has none to "
                              "give a policy: record a -Real- id with the pose estimator's estimate "
                              "(pose_source='estimate', PoseEstimateWrapper)")
-        #: where the estimator was loaded from plus ``values: "ground_truth"`` (None for an in-memory model)
         self.source = None
         if not isinstance(estimator, PoseEstimator):
             folder = estimator
             estimator = PoseEstimator.from_pretrained(folder)
-            self.source = {**estimator_source(folder), "values": "ground_truth"}
+            self.source = estimator_source(folder)
         self.config = estimator.config
         self.key = key
         task = getattr(env.unwrapped, "task", None)
@@ -184,6 +183,16 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.observation_space = spaces.Dict({**space.spaces, key: spaces.Box(self._low, self._high, dtype=np.float32)})
         self._period = camera_period(getattr(env.unwrapped, "camera_fps", None))
         self._held = None
+
+    @property
+    def source(self) -> dict | None:
+        """Where the estimator was loaded from (:func:`estimator_source`) plus ``"values": "ground_truth"``,
+        what a recording names; None for an in-memory model."""
+        return None if self._estimator_source is None else {**self._estimator_source, "values": "ground_truth"}
+
+    @source.setter
+    def source(self, value: dict | None) -> None:
+        self._estimator_source = value
 
     def _with_pose(self, obs: dict, info: dict) -> dict:
         if self._held is None or int(info.get("step", 0)) % self._period == 0:

@@ -58,7 +58,6 @@ def lookat_quat(pos, target, up=(0.0, 0.0, 1.0)) -> np.ndarray:
     return quat
 
 
-
 def project_to_pixels(camera: str, points, frame_size: tuple[int, int]) -> np.ndarray:
     """Pixel ``(column, row)`` of world ``points`` (..., 3) in the nominal ``camera``'s ``frame_size``
     (H, W) frame: MuJoCo's pinhole model (vertical ``fovy``, square pixels, looking along -z).
@@ -77,6 +76,7 @@ def project_to_pixels(camera: str, points, frame_size: tuple[int, int]) -> np.nd
     focal = (h / 2) / np.tan(np.deg2rad(c["fovy"]) / 2)
     depth = -local[..., 2]
     return np.stack([w / 2 + focal * local[..., 0] / depth, h / 2 - focal * local[..., 1] / depth], axis=-1)
+
 
 @dataclass
 class SceneLook:

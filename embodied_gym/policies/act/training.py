@@ -157,12 +157,11 @@ def _successful_episodes(ds, episodes: list[int] | None) -> list[int]:
         ValueError: the dataset has no sidecar rows to tell (a dataset recorded elsewhere), or none
             of the episodes succeeded.
     """
-    rows = {r["episode_index"]: r for r in ds.rows()}
     chosen = ds.check_episodes(episodes)
-    if not rows:
+    if not ds.rows():
         raise ValueError(f"dataset {ds.root} has no per-episode success marks (no sidecar rows from `embodied-gym "
                          f"record`); drop --successful-only or pass --episodes")
-    kept = [e for e in chosen if rows.get(e, {}).get("success")]
+    kept = [e for e in chosen if ds.row(e).get("success")]
     if not kept:
         raise ValueError(f"dataset {ds.root}: none of the {len(chosen)} training episodes succeeded; drop "
                          f"--successful-only or record better demonstrations")
