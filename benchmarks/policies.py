@@ -196,6 +196,9 @@ def main() -> None:
     p.add_argument("--tpo-rollout-noise", type=float, default=0.02,
                    help="Laplace b of TPO's rollouts (TPO's own default is its likelihood scale, 0.1: there the "
                         "rollouts mostly fail; BENCHMARKS.md has both)")
+    p.add_argument("--tpo-sft-weight", type=float, default=0.0,
+                   help="TPO's optional L1 anchor on the preferred trajectories (TPOConfig.sft_weight; 0 is the "
+                        "paper's loss)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
                    choices=[*ROWS, "c_sim"])
     p.add_argument("--stages", choices=["all", "data"], default="all",
@@ -271,12 +274,14 @@ def main() -> None:
             log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
-                                      rollout_noise=args.tpo_rollout_noise, num_threads=args.threads))
+                                      rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
+                                      num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
             ev = _eval(tpo_out, real, out / "eval_d.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
+                                     "sft_weight": args.tpo_sft_weight,
                                      "rollout_success": [r["rollout_success_rate"] for r in log]})
         # another process (other --rows) may have saved rows meanwhile: merge into what is on disk now
         row = results[key]

@@ -19,7 +19,7 @@ from embodied_gym.sim.scene import compile_scene
 from embodied_gym.sim.physics import PhysicsParams
 from embodied_gym.sim.tasks import TASKS, PickCup, Task, make_task, quat_yaw, reach_term
 from embodied_gym.sim.tasks import _registry
-from embodied_gym.sim.tasks.planning import ExpertPlan
+from embodied_gym.sim.tasks.planning import HOLD_BELOW, ExpertPlan
 from embodied_gym.policies.rl import ReachStageWrapper
 from embodied_gym.policies.scoring import target_distance, task_target
 
@@ -124,6 +124,27 @@ def test_expert_plan_and_the_expert_acts(task_env):
     assert expert.arm == plan.arm
     tcp = np.asarray(info["tcp_poses"])[plan.arm, :3]
     assert np.linalg.norm(tcp - first) < np.linalg.norm(tcp0 - first) - 0.02  # heading to the first waypoint
+
+
+def test_expert_integral_action_reacts_to_the_measured_joints_and_switches_off(task_env):
+    """Every plan's integral term closes a loop on the measured joints; with it off
+    (``integral_below=None``) a plan without feedback is followed open-loop: the actions depend on the
+    step and the start poses only."""
+    name, env = task_env
+    obs, info = env.reset(seed=2)
+    plan = env.unwrapped.task.expert_plan(info["object_poses"])
+    assert plan.integral_below is not None and plan.integral_below > 0
+    assert plan.integral_below == (0.01 if name == "PenInCup" else HOLD_BELOW)  # the pen's carry needs more
+    planned, planned_misled = embodied_gym.make_expert(env), embodied_gym.make_expert(env)
+    off, off_misled = (embodied_gym.make_expert(env, integral_below=None) for _ in range(2))
+    for _ in range(40):
+        shifted = dict(obs, joint_pos=obs["joint_pos"] + 0.02)
+        action, action_misled = planned(obs, info), planned_misled(shifted, info)
+        action_off, action_off_misled = off(obs, info), off_misled(shifted, info)
+        obs, reward, terminated, truncated, info = env.step(action)
+    assert not np.allclose(action, action_misled, atol=1e-4)
+    if plan.feedback is None:
+        np.testing.assert_allclose(action_off, action_off_misled, atol=1e-6)
 
 
 def test_pen_in_cup_feedback_puts_the_measured_tip_where_the_plan_wants_it():

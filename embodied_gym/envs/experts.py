@@ -6,8 +6,9 @@ module under ``embodied_gym/sim/tasks/``) from the privileged object poses in ``
 step of each episode (``info["step"] == 0``) and then follows it open-loop in Cartesian space, unless
 the plan brings a ``feedback`` (:class:`~embodied_gym.sim.tasks.planning.ExpertPlan`; PenInCup's
 does), which corrects the TCP target each step from the measured joints (forward kinematics) and
-that step's object poses. Each step it solves IK for the active arm and converts the joint targets
-into the env's action format. The other arm holds its start pose.
+that step's object poses. Each step it solves IK for the active arm, adds the arm's gravity sag (and,
+on the joints the plan holds, a joint-space integral term: ``ExpertPlan.integral_below``) and converts
+the joint targets into the env's action format. The other arm holds its start pose.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from embodied_gym.sim.kinematics import ArmKinematics, rotation_error
 # Waypoint and grip_command are importable from here as before; each task's plan is in its task module.
 from embodied_gym.sim.tasks.planning import Waypoint, grip_command  # noqa: F401
 
-_KI, _LEAK, _MAX_INTEGRAL, _STILL = 0.05, 0.995, 0.15, 0.01
+_KI, _LEAK, _MAX_INTEGRAL = 0.05, 0.995, 0.15
+FROM_PLAN = "plan"
 
 
 def _slerp_rot(r0: np.ndarray, r1: np.ndarray, s: float) -> np.ndarray:
@@ -40,14 +42,17 @@ def _slerp_rot(r0: np.ndarray, r1: np.ndarray, s: float) -> np.ndarray:
 class ScriptedExpert:
     """Waypoint-following expert for one env (see module docstring)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, integral_below: float | None | str = FROM_PLAN):
         self.env = env.unwrapped
+        # FROM_PLAN: each plan's own ExpertPlan.integral_below; a number or None overrides it (an ablation).
+        self.integral_below = integral_below
         self.task = self.env.task
         # Both the sim and the real env carry the arm model their controller uses for IK.
         kin = self.env.kinematics
         self.kin = ArmKinematics(kin.model, kin.idx)
         self.plan: list[Waypoint] | None = None
         self._feedback = None
+        self._below: float | None = None
         self.arm = 1
 
     def reset(self) -> None:
@@ -62,6 +67,7 @@ class ScriptedExpert:
         plan = self.task.expert_plan(info["object_poses"])
         self.arm = plan.arm
         self._feedback = plan.feedback
+        self._below = plan.integral_below if self.integral_below == FROM_PLAN else self.integral_below
         return plan.waypoints
 
     # ---------------------------------------------------------------- acting
@@ -94,9 +100,10 @@ class ScriptedExpert:
         # Joint-space integral action on the measured joints: soft position gains sag under
         # gravity and friction by different amounts on every robot, so an open-loop plan misses.
         error = self._q - measured
-        # Integrate only on joints that are nearly still: tracking lag while moving is not sag.
-        still = np.abs(self._q - previous) < _STILL
-        self._integral = np.clip(_LEAK * self._integral + _KI * error * still, -_MAX_INTEGRAL, _MAX_INTEGRAL)
+        # Integrate only on joints the plan holds: tracking lag while moving is not sag.
+        if self._below is not None:
+            held = np.abs(self._q - previous) < self._below
+            self._integral = np.clip(_LEAK * self._integral + _KI * error * held, -_MAX_INTEGRAL, _MAX_INTEGRAL)
         targets = robot.START_QPOS.copy()
         targets[robot.ARM_INDICES] = self._q + self.kin.gravity_sag(self._q) + self._integral
         targets[robot.GRIPPER_INDICES[self.arm]] = grip
@@ -121,6 +128,10 @@ class ScriptedExpert:
         return np.clip(action, -1, 1)
 
 
-def make_expert(env: gym.Env) -> ScriptedExpert:
-    """The scripted expert for ``env``'s task: ``expert(obs, info) -> action``."""
-    return ScriptedExpert(env)
+def make_expert(env: gym.Env, integral_below: float | None | str = FROM_PLAN) -> ScriptedExpert:
+    """The scripted expert for ``env``'s task: ``expert(obs, info) -> action``.
+
+    ``integral_below`` overrides every plan's :attr:`~embodied_gym.sim.tasks.planning.ExpertPlan.integral_below`
+    (rad per control step; ``None`` turns the integral term off); the default, ``"plan"``, leaves it
+    to the task's plan."""
+    return ScriptedExpert(env, integral_below)

@@ -22,7 +22,10 @@ PAD_INSET = 0.0224
 FINGERTIP_BELOW_TCP = 0.024
 """Fingertips reach this far past the TCP along the approach axis."""
 SETTLE_STEPS = 15
-"""Steps the expert waits at the grasp pose for its integral action to settle before closing."""
+"""Steps the expert waits at the grasp pose, for the arm (and any integral action) to settle, before closing."""
+HOLD_BELOW = 0.002
+"""A joint whose planned target moves less than this per control step (0.1 rad/s at 50 Hz) is held:
+the default :attr:`ExpertPlan.integral_below`."""
 ARM_BASES = np.array([[-0.469, 0.5], [0.469, 0.5]])
 """(x, y) of the left and right arm's base (m)."""
 
@@ -56,11 +59,22 @@ class ExpertPlan:
     gives), the plan's TCP position and rotation for the step, and the TCP pose measured through
     forward kinematics of the measured joints; it returns the TCP position to track instead of the
     plan's. ``None`` (the default) follows the plan open-loop in Cartesian space. Feedback objects
-    keep state over an episode: a plan (and its feedback) is made afresh at each episode's step 0."""
+    keep state over an episode: a plan (and its feedback) is made afresh at each episode's step 0.
+
+    ``integral_below`` (rad per control step) switches on the expert's joint-space integral term
+    on the joints whose planned target moves less than that per step: it drives the measured joints
+    onto the IK solution where soft gains sag under gravity and friction, so a hold (the settle at
+    the grasp pose) ends where the plan means, whatever the robot's gains. ``None`` turns it off.
+    Integrating while the arm moves adds tracking lag to the term, which winds up under command
+    latency: with 0.01 rad per step on every joint the PickCup expert succeeded in 15 and CupOnMat's
+    in 1 of 20 episodes on the second stand-in world (20 of 20 with the default
+    :data:`HOLD_BELOW`; ``benchmarks/experts.py``). PenInCup's pinch of a 12 mm pen needs the term
+    through its slow carry too and sets 0.01."""
 
     arm: int
     waypoints: list[Waypoint]
     feedback: Feedback | None = None
+    integral_below: float | None = HOLD_BELOW
 
 
 def natural_closing_yaw(arm: int, xy: np.ndarray) -> float:
