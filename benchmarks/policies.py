@@ -94,7 +94,8 @@ def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, ar
         if args.robot_config and embodied_gym.parse_env_id(env_id).real:
             kwargs["robot_config"] = args.robot_config
         record_expert_demos(env_id, kwargs, root, episodes - have, seed=seed, resume=is_dataset(root),
-                            after_success_steps=args.after_success_steps, cameras=())
+                            after_success_steps=args.after_success_steps, cameras=(),
+                            expert_integral_below=args.expert_integral_below)
     rows = read_sidecar(root)
     return {"dataset": str(root), "episodes": episodes,
             "expert_success": sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)}
@@ -149,6 +150,16 @@ def _row(name: str, ev: dict, **extra) -> dict:
             "successes": {str(k): v for k, v in successes_by_seed(ev).items()}, **extra}
 
 
+def _integral_below(text: str):
+    if text in ("plan", "none"):
+        return None if text == "none" else "plan"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--expert-integral-below takes plan, none or a number (rad per step), "
+                                         f"got {text!r}") from None
+
+
 def _override(text: str) -> tuple[str, object]:
     key, _, value = text.partition("=")
     if not value:
@@ -177,6 +188,10 @@ def main() -> None:
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
+    p.add_argument("--expert-integral-below", type=_integral_below, default="plan", metavar="plan|none|RAD",
+                   help="the experts' integral term for every demo (make_expert's integral_below): plan (default: "
+                        "each task's plan), none (off), or a number (rad per step; 0.01 is the expert before "
+                        "ExpertPlan.integral_below)")
     p.add_argument("--successful-demos-only", action="store_true",
                    help="train ACT only on the demos the expert succeeded in (train act --successful-only); "
                         "on world2 the expert fails about 30 %% of them")

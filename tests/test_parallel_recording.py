@@ -181,3 +181,15 @@ def test_cli_record_takes_workers_for_the_expert_only(tmp_path, capsys):
         main(base + ["--backend", "dask"])
     assert "invalid choice: 'dask'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_workers_build_the_expert_with_the_integral_setting_asked_for():
+    """``record_expert_demos(..., expert_integral_below=...)`` reaches the expert each worker builds
+    (benchmarks/policies.py --expert-integral-below records the demonstrator ablations this way)."""
+    from embodied_gym.data import parallel
+
+    for setting in ("plan", None, 0.01):
+        env, expert = parallel._worker_env(("EmbodieDreamer-PickCup-v0", {"obs_type": "state"}, setting))
+        assert expert.integral_below == setting
+    env.close()
+    parallel._WORKER.clear()

@@ -57,7 +57,7 @@ def _check_spec(env_kwargs: dict) -> None:
                                  f"dict, pose_estimator: its folder)") from None
 
 
-def _worker_env(spec: tuple[str, dict]):
+def _worker_env(spec: tuple[str, dict, Any]):
     """This process's (env, expert) for ``spec``, built on first use (Ray reuses its worker processes
     across calls: rebuilt when the spec differs)."""
     if _WORKER.get("spec") != spec:
@@ -70,11 +70,11 @@ def _worker_env(spec: tuple[str, dict]):
         if "env" in _WORKER:
             _WORKER.pop("env").close()
         env = make_env(spec[0], **spec[1])
-        _WORKER.update(spec=spec, env=env, expert=embodied_gym.make_expert(env))
+        _WORKER.update(spec=spec, env=env, expert=embodied_gym.make_expert(env, integral_below=spec[2]))
     return _WORKER["env"], _WORKER["expert"]
 
 
-def _rollout(spec: tuple[str, dict], seed: int, after_success_steps: int, cameras: tuple[str, ...],
+def _rollout(spec: tuple[str, dict, Any], seed: int, after_success_steps: int, cameras: tuple[str, ...],
              estimate_key: str | None) -> RolledEpisode:
     env, expert = _worker_env(spec)
     return rollout_episode(env, expert, seed, after_success_steps=after_success_steps, cameras=cameras,
@@ -185,7 +185,8 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
                         seed: int = 0, workers: int | None = None, backend: str = "local", resume: bool = False,
                         repo_id: str | None = None, progress: bool = True, vcodec: str = "h264",
                         after_success_steps: int = AFTER_SUCCESS_STEPS, crf: int | None = DEFAULT_CRF,
-                        cameras: tuple[str, ...] | None = None) -> RecordingSummary:
+                        cameras: tuple[str, ...] | None = None,
+                        expert_integral_below: float | None | str = "plan") -> RecordingSummary:
     """Record ``episodes`` episodes of the scripted expert in ``make_env(env_id, **env_kwargs)``,
     rolled out by ``workers`` processes (see the module docstring); the dataset is the one
     :func:`~embodied_gym.data.recording.record` writes with the same arguments.
@@ -202,6 +203,8 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
         backend: ``"local"`` (processes on this machine) or ``"ray"`` (Ray tasks on a local Ray
             instance started for the call, with ``workers`` CPUs; an already running one is used as is).
         resume, repo_id, progress, vcodec, after_success_steps, crf, cameras: as :func:`record`.
+        expert_integral_below: :func:`~embodied_gym.make_expert`'s ``integral_below`` (``"plan"``, the
+            default: each task's plan decides; a number or ``None`` overrides it, for ablations).
 
     Raises:
         ValueError: ``workers`` < 1, an unknown ``backend``, an env kwarg that cannot be pickled, or
@@ -229,7 +232,7 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
     try:
         if workers == 1 and backend == "local":
-            return record(env, embodied_gym.make_expert(env), root, episodes, seed=seed, resume=resume,
+            return record(env, embodied_gym.make_expert(env, integral_below=expert_integral_below), root, episodes, seed=seed, resume=resume,
                           repo_id=repo_id, env_id=env_id, progress=progress, vcodec=vcodec,
                           after_success_steps=after_success_steps, crf=crf, cameras=cameras)
         plan = plan_recording(env, cameras, after_success_steps)
@@ -242,7 +245,7 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     if episodes == 0:
         return RecordingSummary(str(writer.root), have, 0, 0.0)
 
-    spec = (env_id, env_kwargs)
+    spec = (env_id, env_kwargs, expert_integral_below)
     job = (after_success_steps, plan.cameras, plan.estimate_key)
     window = 2 * workers  # episodes in flight past the next one to write
     bar = tqdm(total=episodes, desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
