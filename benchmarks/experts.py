@@ -26,11 +26,12 @@ from tqdm import tqdm  # noqa: E402
 
 import embodied_gym  # noqa: E402
 from embodied_gym.atomic import write_json  # noqa: E402
+from embodied_gym.envs.experts import FROM_PLAN  # noqa: E402
 from embodied_gym.sim.tasks import TASKS  # noqa: E402
 
 ROBOTS = Path(embodied_gym.__file__).parent / "robots"
 WORLDS = {"default": None, "world2": str(ROBOTS / "stand_in_world2.yaml")}
-SETTINGS = {"plan": "plan", "0.01": 0.01, "off": None}
+SETTINGS = {"plan": FROM_PLAN, "0.01": 0.01, "off": None}
 """The plan's own ``integral_below``; 0.01 rad per step on every joint (the expert before it held only
 the plan's holds); no integral action."""
 

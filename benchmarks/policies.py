@@ -60,6 +60,7 @@ import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
+from embodied_gym.envs.experts import FROM_PLAN
 from embodied_gym.data.parallel import record_expert_demos
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
 from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
@@ -151,8 +152,8 @@ def _row(name: str, ev: dict, **extra) -> dict:
 
 
 def _integral_below(text: str):
-    if text in ("plan", "none"):
-        return None if text == "none" else "plan"
+    if text in (FROM_PLAN, "none"):
+        return None if text == "none" else FROM_PLAN
     try:
         return float(text)
     except ValueError:
@@ -188,7 +189,7 @@ def main() -> None:
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
                    help="control steps recorded after the first success")
-    p.add_argument("--expert-integral-below", type=_integral_below, default="plan", metavar="plan|none|RAD",
+    p.add_argument("--expert-integral-below", type=_integral_below, default=FROM_PLAN, metavar="plan|none|RAD",
                    help="the experts' integral term for every demo (make_expert's integral_below): plan (default: "
                         "each task's plan), none (off), or a number (rad per step; 0.01 is the expert before "
                         "ExpertPlan.integral_below)")

@@ -30,6 +30,7 @@ from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.recording import (RecordingSummary, RolledEpisode, plan_recording, record, rollout_episode,
                                          write_episode)
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
+from embodied_gym.envs.experts import FROM_PLAN
 from embodied_gym.errors import UserInputError
 
 __all__ = ["BACKENDS", "record_expert_demos"]
@@ -186,7 +187,7 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
                         repo_id: str | None = None, progress: bool = True, vcodec: str = "h264",
                         after_success_steps: int = AFTER_SUCCESS_STEPS, crf: int | None = DEFAULT_CRF,
                         cameras: tuple[str, ...] | None = None,
-                        expert_integral_below: float | None | str = "plan") -> RecordingSummary:
+                        expert_integral_below: float | None | str = FROM_PLAN) -> RecordingSummary:
     """Record ``episodes`` episodes of the scripted expert in ``make_env(env_id, **env_kwargs)``,
     rolled out by ``workers`` processes (see the module docstring); the dataset is the one
     :func:`~embodied_gym.data.recording.record` writes with the same arguments.
@@ -232,9 +233,9 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
     try:
         if workers == 1 and backend == "local":
-            return record(env, embodied_gym.make_expert(env, integral_below=expert_integral_below), root, episodes, seed=seed, resume=resume,
-                          repo_id=repo_id, env_id=env_id, progress=progress, vcodec=vcodec,
-                          after_success_steps=after_success_steps, crf=crf, cameras=cameras)
+            expert = embodied_gym.make_expert(env, integral_below=expert_integral_below)
+            return record(env, expert, root, episodes, seed=seed, resume=resume, repo_id=repo_id, env_id=env_id,
+                          progress=progress, vcodec=vcodec, after_success_steps=after_success_steps, crf=crf, cameras=cameras)
         plan = plan_recording(env, cameras, after_success_steps)
     finally:
         env.close()
