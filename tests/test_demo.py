@@ -51,6 +51,9 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
     assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
     assert "exact McNemar" in report
+    # act_real trained in a background process (background_act_real, the default), its output in a log
+    assert stages["act_real"]["background"] and not stages["act_aligned"]["background"]
+    assert "train act" in (smoke_run / "act_real" / "stage.log").read_text()
 
 
 def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
@@ -108,6 +111,25 @@ def test_cache_key_changes_with_settings_and_inputs(tmp_path):
     assert not again.run("a", {"x": 2}, [], lambda f: calls.append("a3") or {}).cached  # settings changed
     assert not again.run("b", {}, ["a"], lambda f: calls.append("b2") or {}).cached  # its input changed
     assert calls == ["a", "b", "a3", "b2"] and a.outputs == {"v": 1}
+
+
+def test_background_stage_runs_through_the_cache_and_a_failure_names_its_log(tmp_path):
+    import functools
+    import operator
+
+    from embodied_gym.demo.pipeline import BackgroundStage
+
+    cache = StageCache(tmp_path, order=["ok", "bad"])
+    # dict.fromkeys(["v"], folder) -> {"v": folder}: a picklable stage function for the spawned process
+    key = cache.key({"x": 1}, [])
+    rec = BackgroundStage(cache, "ok", key, {"x": 1}, [], functools.partial(dict.fromkeys, ["v"])).result()
+    assert not rec.cached and rec.outputs == {"v": str(tmp_path / "ok")}
+    assert StageCache(tmp_path).lookup("ok", key).cached  # a later run finds it like any stage
+    job = BackgroundStage(cache, "bad", key, {}, [], functools.partial(operator.truediv, 1))  # 1 / folder
+    with pytest.raises(RuntimeError, match="stage bad failed.*stage.log"):
+        job.result()
+    assert "TypeError" in (tmp_path / "bad" / "stage.log").read_text()
+    assert not (tmp_path / "bad" / "stage.json").exists()
 
 
 def test_config_errors_name_the_problem(tmp_path):

@@ -193,3 +193,33 @@ def test_workers_build_the_expert_with_the_integral_setting_asked_for():
         assert expert.integral_below == setting
     env.close()
     parallel._WORKER.clear()
+
+
+_ORPHAN_PARENT = """
+import os, multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from embodied_gym.data.parallel import _init_local_worker
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_local_worker)
+    print(pool.submit(os.getpid).result(), flush=True)
+    os._exit(0)  # like SIGKILL: no shutdown, no clean-up runs
+"""
+
+
+def test_a_local_worker_exits_when_its_parent_is_killed(tmp_path):
+    """A recording killed from outside (SIGTERM, SIGKILL: no ``finally`` runs) leaves no worker behind."""
+    import subprocess
+
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True)
+    worker = int(out.stdout.split()[-1])
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    pytest.fail(f"worker {worker} outlived its killed parent by 20 s")

@@ -89,6 +89,21 @@ def _close_worker_env() -> None:
         env.close()
 
 
+def exit_with_parent(poll_s: float = 1.0) -> None:
+    """Make this (child) process exit once its parent is gone: a parent killed by SIGTERM or SIGKILL
+    runs no clean-up, and an orphaned worker would otherwise finish its job and wait for work forever
+    (holding the parent's output pipes open). A daemon thread polls the parent's pid."""
+    import threading
+    import time
+
+    def watch(parent: int) -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, args=(os.getppid(),), daemon=True, name="exit-with-parent").start()
+
+
 def _init_local_worker() -> None:
     import signal
     from multiprocessing import util
@@ -96,6 +111,7 @@ def _init_local_worker() -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers, they stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     util.Finalize(None, _close_worker_env, exitpriority=10)
+    exit_with_parent()
 
 
 class _LocalPool:

@@ -46,26 +46,40 @@ class StageCache:
         self.forced = set(self.order[self.order.index(rerun_from):]) if rerun_from else set()
         self.records: dict[str, StageRecord] = {}
 
-    def run(self, name: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
-        """Run ``fn(folder) -> outputs`` unless a finished run with the same key exists. ``name`` may carry a
-        prefix (``task/stage``); ``--from`` matches the part after the last slash."""
-        key = stage_key(settings, [self.records[i].key for i in inputs])
+    def key(self, settings: Any, inputs: list[str]) -> str:
+        """The key of a stage with these settings that reads the (already run) stages ``inputs``."""
+        return stage_key(settings, [self.records[i].key for i in inputs])
+
+    def lookup(self, name: str, key: str) -> StageRecord | None:
+        """The finished run of stage ``name`` with ``key`` (registered as cached), or None: none, another
+        key, or the stage is forced by ``--from``."""
+        marker = self.run_dir / name / "stage.json"
+        if name.split("/")[-1] in self.forced or not marker.exists():
+            return None
+        done = json.loads(marker.read_text())
+        if done.get("key") != key:
+            return None
+        rec = StageRecord(name, key, self.run_dir / name, done["outputs"], done["wall_time_s"], cached=True)
+        self.records[name] = rec
+        return rec
+
+    def execute(self, name: str, key: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
+        """Run ``fn(folder) -> outputs`` in a clean folder and write its ``stage.json`` last."""
         folder = self.run_dir / name
-        marker = folder / "stage.json"
-        if name.split("/")[-1] not in self.forced and marker.exists():
-            done = json.loads(marker.read_text())
-            if done.get("key") == key:
-                rec = StageRecord(name, key, folder, done["outputs"], done["wall_time_s"], cached=True)
-                self.records[name] = rec
-                return rec
         if folder.exists():  # stale or unfinished: start clean so no half-written file survives
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         t = time.perf_counter()
         outputs = fn(folder)
         wall = time.perf_counter() - t
-        write_json(marker, {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs,
-                            "wall_time_s": wall})
+        write_json(folder / "stage.json", {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs,
+                                           "wall_time_s": wall})
         rec = StageRecord(name, key, folder, outputs, wall, cached=False)
         self.records[name] = rec
         return rec
+
+    def run(self, name: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
+        """Run ``fn(folder) -> outputs`` unless a finished run with the same key exists. ``name`` may carry a
+        prefix (``task/stage``); ``--from`` matches the part after the last slash."""
+        key = self.key(settings, inputs)
+        return self.lookup(name, key) or self.execute(name, key, settings, inputs, fn)

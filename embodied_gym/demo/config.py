@@ -103,6 +103,9 @@ class DemoConfig:
     camera_fps: float | None = None
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
     torch_threads: int | None = None  # torch's CPU threads (default: torch's, one per core)
+    # True: ACT on the stand-in demos (act_real) trains in a second process while calibrate, generate and
+    # act_aligned run (it reads only the recording), so a 2-core machine uses both cores; False: in turn.
+    background_act_real: bool = True
     # True (the full profile): ACT's ResNet starts from a local pretrained weights file, as ACT trains
     # (ImageNet ResNet-18, Zhao et al., arXiv 2304.13705); without --act.backbone-weights FILE the demo stops
     require_backbone_weights: bool = False

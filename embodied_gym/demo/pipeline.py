@@ -10,7 +10,9 @@ reading the camera's object-pose estimate (``observation: pose_estimate``, the d
 3. ``visaligner``: skipped on this path (the policies read the estimate, not the frames).
 4. ``generate``: expert demonstrations in the calibrated sim, with the estimate of its frames.
 5. ``act_aligned`` / ``act_real``: ACT on joint state + estimate, on the calibrated-sim data and on
-   the stand-in demonstrations.
+   the stand-in demonstrations. ``act_real`` needs only the recording, so by default
+   (``background_act_real``) it trains in a second process while stages 2-5 run, its output in
+   ``<run>/act_real/stage.log``.
 6. ``tpo``: TPO fine-tuning of the aligned-sim policy in the calibrated sim.
 7. ``evaluate``: every policy (and the scripted expert) on the stand-in robot, on the same seeds,
    with paired exact McNemar tests.
@@ -24,16 +26,19 @@ the end. ``robot_config`` runs the whole loop against another stand-in world.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import multiprocessing
 import os
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from pathlib import Path
 
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.writer import DEFAULT_CRF
-from embodied_gym.demo.cache import StageCache
+from embodied_gym.demo.cache import StageCache, StageRecord
 from embodied_gym.demo.config import DemoConfig
 
 STAGES = ["perception", "record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo", "evaluate"]
@@ -177,6 +182,65 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
     return out
 
 
+def _logged(fn, log_name: str, folder: Path) -> dict:
+    """``fn(folder)`` with everything it prints (progress bars included) going to ``folder/log_name``."""
+    import traceback
+
+    with open(folder / log_name, "w") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            return fn(folder)
+        except BaseException:
+            traceback.print_exc()
+            raise
+
+
+def _execute_stage(run_dir: str, name: str, key: str, settings: dict, inputs: list[str], fn,
+                   torch_threads: int | None) -> None:
+    """A background stage's process: runs the stage through the cache, so its ``stage.json`` is its result."""
+    import torch
+
+    from embodied_gym.data.parallel import exit_with_parent
+
+    exit_with_parent()
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    StageCache(run_dir).execute(name, key, settings, inputs, fn)
+
+
+class BackgroundStage:
+    """One cached stage run in a separate (spawned) process while the caller runs other stages.
+
+    The child writes the stage's folder and ``stage.json`` as :meth:`StageCache.execute` does, its output
+    in ``<folder>/stage.log``; :meth:`result` waits for it and registers the record. A failure raises
+    with the log's path; the child is terminated if the caller stops first (:meth:`stop`)."""
+
+    LOG = "stage.log"
+
+    def __init__(self, cache: StageCache, name: str, key: str, settings: dict, inputs: list[str], fn,
+                 torch_threads: int | None = None):
+        self.cache, self.name, self.key = cache, name, key
+        self.log = cache.run_dir / name / self.LOG
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch / EGL state
+        self.process = ctx.Process(target=_execute_stage, daemon=True,
+                                   args=(str(cache.run_dir), name, key, settings, inputs,
+                                         functools.partial(_logged, fn, self.LOG), torch_threads))
+        self.process.start()
+
+    def result(self) -> StageRecord:
+        self.process.join()
+        rec = self.cache.lookup(self.name, self.key)
+        if self.process.exitcode != 0 or rec is None:
+            raise RuntimeError(f"stage {self.name} failed in its background process (exit code "
+                               f"{self.process.exitcode}); its output and traceback: {self.log}")
+        rec.cached = False
+        return rec
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join()
+
+
 def _expert_from_recording(rec: dict) -> dict:
     """The scripted expert's success over its recorded stand-in demonstrations, in the shape of an
     evaluation entry."""
@@ -212,61 +276,91 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
     per_task = {}
     n_stages = len(STAGES) * len(cfg.tasks)
     done = 0
-    for task in cfg.tasks:
-        recs = {}
+    jobs: list[BackgroundStage] = []
+    try:
+        for task in cfg.tasks:
+            recs, in_background = {}, set()
 
-        def stage(name, settings, inputs, fn):
-            nonlocal done
-            done += 1
-            elapsed = time.time() - t_start
-            _say(f"stage {done}/{n_stages} {task}/{name} (elapsed {elapsed / 60:.1f} min)")
-            cache_name = f"{name}" if len(cfg.tasks) == 1 else f"{task}/{name}"
-            settings = {"task": task, "max_episode_steps": cfg.max_episode_steps, **settings}
-            rec = cache.run(cache_name, settings, [recs[i].name for i in inputs], fn)
-            recs[name] = rec
-            _say(f"  {task}/{name}: {'cached' if rec.cached else f'done in {rec.wall_time_s:.0f} s'}")
-            return rec.outputs
+            def stage(name, settings, inputs, fn, background=False):
+                """Run (or find cached) one stage; ``background``: start it in another process and return
+                its :class:`BackgroundStage` (or, when cached, its outputs)."""
+                nonlocal done
+                done += 1
+                elapsed = time.time() - t_start
+                _say(f"stage {done}/{n_stages} {task}/{name} (elapsed {elapsed / 60:.1f} min)")
+                cache_name = f"{name}" if len(cfg.tasks) == 1 else f"{task}/{name}"
+                settings = {"task": task, "max_episode_steps": cfg.max_episode_steps, **settings}
+                input_names = [recs[i].name for i in inputs]
+                key = cache.key(settings, input_names)
+                rec = cache.lookup(cache_name, key)
+                if rec is None and background:
+                    job = BackgroundStage(cache, cache_name, key, settings, input_names, fn, cfg.torch_threads)
+                    jobs.append(job)
+                    _say(f"  {task}/{name}: started in a background process (output: {job.log})")
+                    return job
+                rec = rec or cache.execute(cache_name, key, settings, input_names, fn)
+                recs[name] = rec
+                _say(f"  {task}/{name}: {'cached' if rec.cached else f'done in {rec.wall_time_s:.0f} s'}")
+                return rec.outputs
 
-        asdict = dataclasses.asdict
-        pose = cfg.observation == "pose_estimate"
-        robot = {"robot_config": cfg.robot_config, "camera_fps": cfg.camera_fps, "observation": cfg.observation}
-        per = stage("perception", asdict(cfg.perception) if pose else {"skipped": True}, [],
-                    lambda f: stage_perception(cfg, task, f) if pose else
-                    {"skipped": "observation: images (the policies read the camera frames)"})
-        estimator = per.get("model") if pose else None
-        rec_settings = {k: v for k, v in asdict(cfg.record).items() if k != "workers"}
-        rec = stage("record", {**rec_settings, **robot}, ["perception"],
-                    lambda f: stage_record(cfg, task, f, estimator))
-        cal = stage("calibrate", asdict(cfg.calibrate), ["record"],
-                    lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
-        vis = stage("visaligner", {"skipped": True} if pose else asdict(cfg.visaligner), ["record", "calibrate"],
-                    lambda f: {"skipped": "observation: pose_estimate (the policies read the estimate, not the "
-                                          "frames)"} if pose else
-                    stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
-        # how many processes roll out the sim episodes does not change them: not part of the key
-        gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
-        if pose:
-            gen_settings["sim_pose_source"] = cfg.sim_pose_source
-        gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
-                    lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
-        act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
-        act_real = stage("act_real", asdict(cfg.act), ["record"], lambda f: stage_act(cfg, f, rec["dataset"]))
-        tpo = stage("tpo", asdict(cfg.tpo), ["act_aligned", "calibrate", "visaligner"],
-                    lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
-        policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
-                    "tpo": tpo["policy"]}
-        if not cfg.evaluate.expert:
-            policies.pop("expert")
-        ev = stage("evaluate", {**asdict(cfg.evaluate), "robot_config": cfg.robot_config},
-                   ["act_real", "act_aligned", "tpo"],
-                   lambda f: stage_evaluate(cfg, task, f, policies))
-        paired = ev.get("_paired", [])
-        ev = {k: v for k, v in ev.items() if not k.startswith("_")}
-        if not cfg.evaluate.expert:
-            ev = {"expert": _expert_from_recording(rec), **ev}
-        per_task[task] = {"stages": {k: {"folder": str(r.folder), "wall_time_s": r.wall_time_s, "cached": r.cached,
-                                         "outputs": r.outputs} for k, r in recs.items()},
-                          "evaluation": ev, "paired": paired}
+            def wait(name, job):
+                """The outputs of a stage :func:`stage` may have started in the background."""
+                if not isinstance(job, BackgroundStage):
+                    return job
+                elapsed = (time.time() - t_start) / 60
+                _say(f"  {task}/{name}: waiting for its background process (elapsed {elapsed:.1f} min)")
+                rec = recs[name] = job.result()
+                in_background.add(name)
+                _say(f"  {task}/{name}: done in {rec.wall_time_s:.0f} s (in the background)")
+                return rec.outputs
+
+            asdict = dataclasses.asdict
+            pose = cfg.observation == "pose_estimate"
+            robot = {"robot_config": cfg.robot_config, "camera_fps": cfg.camera_fps, "observation": cfg.observation}
+            per = stage("perception", asdict(cfg.perception) if pose else {"skipped": True}, [],
+                        lambda f: stage_perception(cfg, task, f) if pose else
+                        {"skipped": "observation: images (the policies read the camera frames)"})
+            estimator = per.get("model") if pose else None
+            rec_settings = {k: v for k, v in asdict(cfg.record).items() if k != "workers"}
+            rec = stage("record", {**rec_settings, **robot}, ["perception"],
+                        lambda f: stage_record(cfg, task, f, estimator))
+            # act_real reads only the recording: with background_act_real it trains beside stages 2-5
+            act_real = stage("act_real", asdict(cfg.act), ["record"],
+                             functools.partial(stage_act, cfg, dataset=rec["dataset"]), background=cfg.background_act_real)
+            cal = stage("calibrate", asdict(cfg.calibrate), ["record"],
+                        lambda f: stage_calibrate(cfg, task, f, rec["dataset"]))
+            vis = stage("visaligner", {"skipped": True} if pose else asdict(cfg.visaligner), ["record", "calibrate"],
+                        lambda f: {"skipped": "observation: pose_estimate (the policies read the estimate, not the "
+                                              "frames)"} if pose else
+                        stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
+            # how many processes roll out the sim episodes does not change them: not part of the key
+            gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
+            if pose:
+                gen_settings["sim_pose_source"] = cfg.sim_pose_source
+            gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
+                        lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
+            act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
+            tpo = stage("tpo", asdict(cfg.tpo), ["act_aligned", "calibrate", "visaligner"],
+                        lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
+            act_real = wait("act_real", act_real)
+            policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
+                        "tpo": tpo["policy"]}
+            if not cfg.evaluate.expert:
+                policies.pop("expert")
+            ev = stage("evaluate", {**asdict(cfg.evaluate), "robot_config": cfg.robot_config},
+                       ["act_real", "act_aligned", "tpo"],
+                       lambda f: stage_evaluate(cfg, task, f, policies))
+            paired = ev.get("_paired", [])
+            ev = {k: v for k, v in ev.items() if not k.startswith("_")}
+            if not cfg.evaluate.expert:
+                ev = {"expert": _expert_from_recording(rec), **ev}
+            per_task[task] = {"stages": {k: {"folder": str(r.folder), "wall_time_s": r.wall_time_s, "cached": r.cached,
+                                             "background": k in in_background, "outputs": r.outputs}
+                                         for k, r in sorted(recs.items(), key=lambda kv: STAGES.index(kv[0]))},
+                              "evaluation": ev, "paired": paired}
+    finally:
+        for job in jobs:  # a failed stage (or Ctrl-C) leaves no training process behind
+            job.stop()
     summary = {"config": cfg.to_dict(), "tasks": per_task, "wall_time_s": time.time() - t_start}
     write_json(run_dir / "summary.json", summary)
     write_report(summary, run_dir / "report.html")

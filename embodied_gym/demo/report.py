@@ -175,7 +175,9 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
         parts.append("<h3>Wall time per stage</h3><table><tr><th>stage</th><th>seconds</th><th></th></tr>")
         for name, s in st.items():
             parts.append(f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
-                         f"<td>{'cached (from an earlier run)' if s['cached'] else ''}</td></tr>")
+                         f"<td>{'cached (from an earlier run)' if s['cached'] else ''}"
+                         f"{'in a background process, beside the stages after record' if s.get('background') else ''}"
+                         f"</td></tr>")
         parts.append("</table>")
     parts.append("</body></html>")
     write_text(path, "\n".join(parts))
