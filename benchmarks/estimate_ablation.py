@@ -1,12 +1,19 @@
-"""Does the camera's pose estimate limit a policy, or what the policy learnt? An ablation in the sim.
+"""Does the camera's pose estimate limit a policy, or what the policy learnt? An ablation in the sim
+or on the stand-in robot.
 
 Runs an ACT policy that reads ``observation.environment_state`` (the cup position of
 :mod:`embodied_gym.perception`) in a sim env wrapped with its pose estimator, as ``eval`` does, and
 feeds it either the estimate (``--feed estimate``, the deployable observation) or, in its place, the
 simulator's true cup position held at the same camera frames (``--feed truth``: privileged, an
-ablation only; sim ids only). Per step it logs the estimate's error against the truth, so the table
+ablation only). On a ``-Real-`` id of the stand-in robot (a simulator standing in for hardware; a real
+robot has no such truth) the truth is the stand-in's ``info["object_poses"]``, which it reports for
+evaluation, so the transfer gap can be split into what the estimate costs and what the physics costs.
+Per step it logs the estimate's error against the truth, so the table
 shows where in the episode the estimate is off (the arm occludes the cup on the approach).
 
+    # row (c)'s policy on the stand-in robot, fed the stand-in's true cup position
+    MUJOCO_GL=egl .venv/bin/python benchmarks/estimate_ablation.py --policy runs/bench/policies_n200_16k/act_c \
+        --env EmbodieDreamer-PickCup-Real-v0 --feed truth --out runs/bench/ablation/n200_16k_standin_truth.json
     # the policy of benchmarks/policies.py's row (c') (trained on the estimate), fed either way
     MUJOCO_GL=egl .venv/bin/python benchmarks/estimate_ablation.py --policy runs/bench/policies_kp/act_c \\
         --physics runs/bench/policies/calibrate/result.json --feed estimate --out runs/bench/ablation/kp_est.json
@@ -41,11 +48,47 @@ REST_Z = 0.005  # m: the cup counts as resting on the table below this height
 TRUTH_KEY = "object_pose_truth"
 
 
+class _StandInTruth:
+    """``obs[TRUTH_KEY]``: the stand-in's true object poses in the estimate's layout, held at the camera
+    rate (what :class:`GroundTruthPoseWrapper` does for a sim env)."""
+
+    def __init__(self, env, config):
+        from embodied_gym.envs.spaces import camera_period
+
+        self.env, self.config = env, config
+        self._low, self._high = config.output_bounds()
+        self._period = camera_period(getattr(env.unwrapped, "camera_fps", None))
+        self._held = None
+
+    def _with_truth(self, obs, info):
+        if self._held is None or int(info.get("step", 0)) % self._period == 0:
+            row = np.stack([np.asarray(info["object_poses"][o], np.float64) for o in self.config.objects])[None]
+            self._held = np.clip(self.config.targets(row)[0], self._low, self._high).astype(np.float32)
+        return {**obs, TRUTH_KEY: self._held.copy()}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._held = None
+        return self._with_truth(obs, info), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_truth(obs, info), reward, terminated, truncated, info
+
+    def close(self):
+        self.env.close()
+
+
 def run(args) -> dict:
+    import embodied_gym
+
     agent = load_agent(args.policy, temporal_ensemble_coeff=args.temporal_ensemble)
-    env = make_env_for(agent, args.env, physics=args.physics)
-    # the true position as a camera frame at this step would show it, beside the estimate
-    env = GroundTruthPoseWrapper(env, env.get_wrapper_attr("estimator"), key=TRUTH_KEY)
+    real = embodied_gym.parse_env_id(args.env).real
+    env = make_env_for(agent, args.env, physics=args.physics, robot_config=args.robot_config if real else None)
+    estimator = env.get_wrapper_attr("estimator")
+    # the true position as a camera frame at this step would show it, beside the estimate (the stand-in:
+    # computed here from its info, as GroundTruthPoseWrapper refuses robots)
+    env = _StandInTruth(env, estimator.config) if real else GroundTruthPoseWrapper(env, estimator, key=TRUTH_KEY)
     successes, errors = {}, []  # errors: (step, xy error m, z error m) while the cup rests
     t0 = time.time()
     try:
@@ -84,7 +127,9 @@ def run(args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", required=True, help="an ACT folder that reads observation.environment_state")
-    p.add_argument("--env", default="EmbodieDreamer-PickCup-v0", help="a sim id (the truth comes from the sim)")
+    p.add_argument("--env", default="EmbodieDreamer-PickCup-v0",
+                   help="a sim id, or the stand-in's -Real- id (the truth comes from the simulator either way)")
+    p.add_argument("--robot-config", metavar="FILE", help="with a -Real- id: the stand-in world's config")
     p.add_argument("--physics", help="a calibration result JSON (the calibrated sim)")
     p.add_argument("--feed", choices=("estimate", "truth"), default="estimate")
     p.add_argument("--episodes", type=int, default=100)
@@ -93,8 +138,10 @@ def main() -> None:
     p.add_argument("--out", required=True, help="result JSON")
     p.add_argument("--compare", metavar="JSON", help="another output of this script, same seeds: paired test")
     args = p.parse_args()
-    if "-Real-" in args.env:
-        p.error("--env must be a sim id: the true cup position comes from the simulator")
+    if args.robot_config and "-Real-" not in args.env:
+        p.error("--robot-config is the stand-in world of a -Real- --env")
+    if "-Real-" in args.env and args.physics:
+        p.error("--physics sets a sim's physics; the stand-in's are its robot config's")
     torch.set_num_threads(1)
     result = run(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
