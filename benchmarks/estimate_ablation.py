@@ -75,6 +75,10 @@ class _StandInTruth:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._with_truth(obs, info), reward, terminated, truncated, info
 
+    @property
+    def unwrapped(self):
+        return self.env.unwrapped
+
     def close(self):
         self.env.close()
 
@@ -89,6 +93,10 @@ def run(args) -> dict:
     # the true position as a camera frame at this step would show it, beside the estimate (the stand-in:
     # computed here from its info, as GroundTruthPoseWrapper refuses robots)
     env = _StandInTruth(env, estimator.config) if real else GroundTruthPoseWrapper(env, estimator, key=TRUTH_KEY)
+    from embodied_gym.sim import robot
+    from embodied_gym.sim.kinematics import ArmKinematics
+
+    kin = ArmKinematics(env.unwrapped.kinematics.model, env.unwrapped.kinematics.idx)
     successes, errors = {}, []  # errors: (step, xy error m, z error m) while the cup rests
     t0 = time.time()
     try:
@@ -101,7 +109,19 @@ def run(args) -> dict:
                 est = obs[KEY]
                 if true[2] < REST_Z:
                     errors.append((info["step"], float(np.linalg.norm(est[:2] - true[:2])), float(abs(est[2] - true[2]))))
-                fed = {**obs, KEY: obs[TRUTH_KEY]} if args.feed == "truth" else obs
+                if args.feed == "truth":
+                    fed = {**obs, KEY: obs[TRUTH_KEY]}
+                elif args.feed == "first":  # the first frame's estimate, before any arm moves, held throughout
+                    first = est.copy() if info["step"] == 0 else first
+                    fed = {**obs, KEY: first}
+                elif args.feed == "hold_near":  # hold the estimate while a TCP is within --hold-radius of it
+                    q = np.asarray(obs["joint_pos"], np.float64)[robot.ARM_INDICES]
+                    tcps = [kin.tcp_pose(q, arm)[0][:2] for arm in (0, 1)]
+                    if info["step"] == 0 or min(np.linalg.norm(t - held[:2]) for t in tcps) > args.hold_radius:
+                        held = est.copy()
+                    fed = {**obs, KEY: held}
+                else:
+                    fed = obs
                 obs, _, terminated, truncated, info = env.step(agent(fed, info))
                 if terminated or truncated:
                     break
@@ -131,7 +151,10 @@ def main() -> None:
                    help="a sim id, or the stand-in's -Real- id (the truth comes from the simulator either way)")
     p.add_argument("--robot-config", metavar="FILE", help="with a -Real- id: the stand-in world's config")
     p.add_argument("--physics", help="a calibration result JSON (the calibrated sim)")
-    p.add_argument("--feed", choices=("estimate", "truth"), default="estimate")
+    p.add_argument("--feed", choices=("estimate", "truth", "first", "hold_near"), default="estimate",
+                   help="what the policy reads: the estimate; the true position (privileged); the first frame's "
+                        "estimate held all episode; the estimate held while a TCP is within --hold-radius of it")
+    p.add_argument("--hold-radius", type=float, default=0.10, help="m, in xy (--feed hold_near)")
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--seed", type=int, default=100_000)
     p.add_argument("--temporal-ensemble", type=float, default=0.01)

@@ -45,7 +45,9 @@ Every stage writes its output atomically and is skipped when it is there, so an 
 resumes where it stopped (a changed setting needs a new ``--out``). ``--rows`` runs a subset, in the
 order given; two processes with different ``--rows`` may share ``--out`` once the data stages are done
 (``--stages data`` runs only those). Results: ``<out>/results.json``, the table on stdout, and a bar
-chart with Wilson 95 % intervals at ``<out>/policies.png`` (``--figure`` copies it).
+chart with Wilson 95 % intervals at ``<out>/policies.png`` (``--figure`` copies it). ``--eval-pose-update
+at_reset --eval-tag _at_reset`` evaluates the same policies with the estimate of the reset frame held
+for the episode (``eval_<row>_at_reset.json``, ``results_at_reset.json``).
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimat
         robot = args.robot_config if embodied_gym.parse_env_id(env_id).real else None
         evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
                         temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
-                        robot_config=robot)
+                        robot_config=robot, pose_update=args.eval_pose_update)
     return json.loads(out.read_text())
 
 
@@ -203,6 +205,11 @@ def main() -> None:
                    help="another ACTPreset field, NAME=VALUE (repeatable)")
     p.add_argument("--temporal-ensemble", type=float, default=0.01,
                    help="ACT's temporal ensembling coefficient at evaluation (ACT's 0.01)")
+    p.add_argument("--eval-pose-update", choices=("every_frame", "at_reset"),
+                   help="evaluate every row with the estimate refreshed every camera frame or only at reset (held for "
+                        "the episode); default: as each row's data was recorded. A new --out (or --eval-tag) keeps both")
+    p.add_argument("--eval-tag", default="", help="suffix of the evaluation files (eval_<row><tag>.json), so one --out "
+                   "holds evaluations of the same policies under other settings")
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
     p.add_argument("--tpo-iterations", type=int, default=2)
@@ -235,7 +242,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     real = embodied_gym.env_id(args.task, real=True)
     sim = embodied_gym.env_id(args.task)
-    results_path = out / "results.json"
+    tag = args.eval_tag
+    results_path = out / f"results{tag}.json"
     t0 = time.time()
 
     # data: the stand-in demos, the calibration, and the generated sim demos (same seeds in each sim)
@@ -272,15 +280,15 @@ def main() -> None:
         results = {}
         if key == "e" and ground_truth:
             t = _train(data["calibrated"]["dataset"], out / "act_c", args)
-            ev = _eval(out / "act_c", real, out / "eval_e.json", args, pose_estimator=args.raw_estimator)
+            ev = _eval(out / "act_c", real, out / f"eval_e{tag}.json", args, pose_estimator=args.raw_estimator)
             results[key] = _row(ROWS[key], ev, train_time_s=t, steps=args.steps, data=data["calibrated"])
         elif key in source:
             t = _train(data[source[key]]["dataset"], out / f"act_{key}", args)
-            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}.json", args)
+            ev = _eval(out / f"act_{key}", real, out / f"eval_{key}{tag}.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t, steps=args.steps, data=data[source[key]])
         elif key == "c_sim":
             t = _train(data["calibrated"]["dataset"], out / "act_c", args)
-            ev = _eval(out / "act_c", sim, out / "eval_c_sim.json", args, physics=physics)
+            ev = _eval(out / "act_c", sim, out / f"eval_c_sim{tag}.json", args, physics=physics)
             results[key] = _row("(c) in its own (calibrated) sim", ev, train_time_s=t, steps=args.steps)
         elif key == "d":
             from embodied_gym.policies.tpo import TPOConfig, train_tpo
@@ -293,7 +301,7 @@ def main() -> None:
                                       rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
                                       num_threads=args.threads))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
-            ev = _eval(tpo_out, real, out / "eval_d.json", args)
+            ev = _eval(tpo_out, real, out / f"eval_d{tag}.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
@@ -307,10 +315,10 @@ def main() -> None:
         results["_settings"] = {k: v for k, v in vars(args).items() if k not in ("rows", "stages", "figure")}
         results["_settings"]["physics"] = physics
         write_json(results_path, results)
-        _plot(results, out / "policies.png", args.task)
+        _plot(results, out / f"policies{tag}.png", args.task)
         if args.figure:
             Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(out / "policies.png", args.figure)
+            shutil.copy(out / f"policies{tag}.png", args.figure)
     print_table(json.loads(results_path.read_text()))
     if args.compare:
         print_comparison_with(json.loads(results_path.read_text()), args.compare)

@@ -13,7 +13,8 @@ from typing import Any
 
 def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, physics=None,
              visaligner: str | os.PathLike | None = None, visaligner_steps: int | None = None,
-             realtime: bool = False, pose_estimator=None, pose_source: str = "estimate", **kwargs: Any):
+             realtime: bool = False, pose_estimator=None, pose_source: str = "estimate",
+             pose_update: str = "every_frame", **kwargs: Any):
     """``gym.make(env_id, **kwargs)`` with the options every command shares.
 
     Args:
@@ -31,6 +32,8 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
             ids only): :class:`~embodied_gym.perception.wrapper.GroundTruthPoseWrapper` puts the
             simulator's true poses in that entry, in the estimator's layout, for recording demos
             with exact labels; no camera is added.
+        pose_update: with ``pose_estimator``: ``"every_frame"`` or ``"at_reset"`` (the reset frame's
+            poses, held for the episode; :data:`~embodied_gym.perception.wrapper.POSE_UPDATES`).
         **kwargs: the env's own kwargs (``obs_type``, ``cameras``, ``image_size``, ...).
 
     Raises:
@@ -92,7 +95,7 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
     if pose_estimator is not None:
         from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper, estimator_source
 
-        env = (GroundTruthPoseWrapper if ground_truth else PoseEstimateWrapper)(env, pose_estimator)
+        env = (GroundTruthPoseWrapper if ground_truth else PoseEstimateWrapper)(env, pose_estimator, update=pose_update)
         if not isinstance(source, PoseEstimator):
             env.source = estimator_source(source)
     return env

@@ -148,8 +148,12 @@ def test_config_errors_name_the_problem(tmp_path):
     bad.write_text("sim_pose_source: oracle\n")
     with pytest.raises(ValueError, match="sim_pose_source: 'oracle'"):
         load_config("quick", str(bad))
+    bad.write_text("evaluate: {pose_update: sometimes}\n")
+    with pytest.raises(ValueError, match="evaluate.pose_update: 'sometimes'"):
+        load_config("quick", str(bad))
     cfg = load_config("quick")
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
+    assert cfg.evaluate.pose_update == "at_reset"
     assert cfg.generate.episodes >= 4 * cfg.record.episodes
     assert load_config("smoke_images").observation == "images"
 

@@ -178,6 +178,60 @@ def test_ground_truth_wrapper_gives_the_sim_poses_at_the_camera_rate(tmp_path):
     env.close()
 
 
+@pytest.mark.parametrize("real", [False, True], ids=["sim", "real"])
+def test_at_reset_holds_the_reset_frames_estimate_for_the_episode(tmp_path, real):
+    """``update="at_reset"``: the estimator runs on the reset frame only; every step of the episode
+    holds that estimate, the next reset estimates afresh, and the recording names the setting."""
+    from embodied_gym.factory import make_env
+    from embodied_gym.perception.wrapper import KEY
+
+    torch.manual_seed(0)
+    folder = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "est")
+    kw = {"realtime": False} if real else {}
+    env = make_env(embodied_gym.env_id("PickCup", real=real), pose_estimator=folder, pose_update="at_reset",
+                   image_size=SMALL, **kw)
+    assert env.source["update"] == "at_reset"
+    gym_check_env(env, skip_render_check=True)
+    calls = []
+    estimate = env.estimator.estimate
+    env.estimator.estimate = lambda frame: calls.append(1) or estimate(frame)
+    obs, info = env.reset(seed=3)
+    first = obs[KEY].copy()
+    np.testing.assert_allclose(first, estimate(obs["cam_high"]), atol=1e-6)
+    expert = embodied_gym.make_expert(env)
+    for _ in range(20):
+        obs, _, _, _, info = env.step(expert(obs, info))
+        np.testing.assert_array_equal(obs[KEY], first)
+    assert len(calls) == 1
+    obs, _ = env.reset(seed=4)
+    assert len(calls) == 2 and not np.array_equal(obs[KEY], first)
+    env.close()
+    every = make_env(embodied_gym.env_id("PickCup", real=real), pose_estimator=folder, image_size=SMALL, **kw)
+    assert "update" not in every.source  # the default, every_frame, is not written
+    every.close()
+    with pytest.raises(ValueError, match="pose_update must be one of"):
+        make_env("EmbodieDreamer-PickCup-v0", pose_estimator=folder, pose_update="sometimes", image_size=SMALL)
+
+
+def test_ground_truth_at_reset_holds_the_true_start_pose(tmp_path):
+    from embodied_gym.factory import make_env
+    from embodied_gym.perception.wrapper import KEY
+
+    folder = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "est")
+    env = make_env("EmbodieDreamer-PickCup-v0", pose_estimator=folder, pose_source="ground_truth", obs_type="state",
+                   pose_update="at_reset")
+    assert env.source["values"] == "ground_truth" and env.source["update"] == "at_reset"
+    obs, info = env.reset(seed=4)
+    start = obs[KEY].copy()
+    np.testing.assert_allclose(start, info["object_poses"]["cup"][:3], atol=1e-6)
+    expert = embodied_gym.make_expert(env)
+    for _ in range(120):  # through the grasp and lift: the cup moves, the entry does not
+        obs, _, _, _, info = env.step(expert(obs, info))
+        np.testing.assert_array_equal(obs[KEY], start)
+    assert info["object_poses"]["cup"][2] > 0.03
+    env.close()
+
+
 def test_ground_truth_wrapper_refuses_a_robot_and_bad_options(tmp_path, capsys):
     from embodied_gym.factory import make_env
     from embodied_gym.perception.wrapper import GroundTruthPoseWrapper

@@ -170,3 +170,27 @@ def test_train_tpo_cli_takes_pose_estimator(pose_policy, tmp_path):
                  "--pose-estimator", str(est_dir)]) == 0
     row = json.loads((tmp_path / "cli" / "tpo_log.jsonl").read_text().splitlines()[0])
     assert row["iteration"] == 1 and row["rollouts"] == 2
+
+
+def test_a_policy_recorded_at_reset_is_evaluated_at_reset_unless_overridden(pose_policy, tmp_path):
+    """``pose_update`` travels with the data: demos recorded with the reset frame's estimate held make a
+    policy that make_env_for (so eval) wraps the same way; ``pose_update=`` overrides it."""
+    from embodied_gym.data.recording import record
+    from embodied_gym.policies.loading import ExpertAgent
+
+    _, est_dir = pose_policy
+    expert = ExpertAgent()
+    env = make_env_for(expert, SIM, pose_estimator=str(est_dir), pose_update="at_reset", max_episode_steps=12)
+    record(env, expert, tmp_path / "ds", 1, env_id=SIM, progress=False, cameras=())
+    env.close()
+    train_act(ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "act"), steps=2, batch_size=2,
+                             chunk_size=5, n_action_steps=5, save_every=2, log_every=1, progress=False, overrides=TINY))
+    agent = load_agent(str(tmp_path / "act"))
+    assert agent.estimator_source["update"] == "at_reset"
+    for override, want in ((None, "at_reset"), ("every_frame", "every_frame")):
+        env = make_env_for(agent, SIM, pose_update=override, max_episode_steps=5)
+        assert env.get_wrapper_attr("update") == want
+        env.close()
+    env = make_env_for(load_agent(str(pose_policy[0])), SIM, max_episode_steps=5)  # recorded before: every frame
+    assert env.get_wrapper_attr("update") == "every_frame"
+    env.close()

@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
     p.add_argument("--pose-estimator", metavar="DIR",
                    help="ACT on estimated object poses: the pose estimator folder (default: the one its training "
                         "data was recorded with, from its embodied_gym_policy.json)")
+    p.add_argument("--pose-update", choices=("every_frame", "at_reset"),
+                   help="ACT on estimated object poses: estimate every camera frame, or the reset frame only and hold "
+                        "it for the episode (default: as its training data was recorded)")
     p.add_argument("--trust-policy-file", action="store_true",
                    help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
                         "(default: read it without unpickling or importing; see docs/policies.md)")
@@ -51,7 +54,8 @@ def run(args) -> int:
                         temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode,
                         cameras=tuple(args.cameras) if args.cameras else None,
                         image_size=tuple(args.image_size) if args.image_size else None,
-                        trust_policy_file=args.trust_policy_file, pose_estimator=args.pose_estimator)
+                        trust_policy_file=args.trust_policy_file, pose_estimator=args.pose_estimator,
+                        pose_update=args.pose_update)
     print(r.summary())
     if args.out:
         print(f"per-episode results: {args.out}")

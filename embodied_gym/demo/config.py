@@ -80,6 +80,10 @@ class EvalSettings:
     # False: the scripted expert's bar shows its recorded demonstrations on the stand-in (the record
     # stage's episodes and seeds) instead of a separate evaluation run
     expert: bool = True
+    # When a policy reading estimated object poses gets a new estimate on the stand-in: every_frame, or
+    # at_reset (the reset frame's estimate held for the episode, before any arm occludes the objects);
+    # None: as each policy's data was recorded (every_frame here)
+    pose_update: str | None = None
 
 
 OBSERVATIONS = ("pose_estimate", "images")
@@ -199,6 +203,11 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
 
     if cfg.sim_pose_source not in POSE_SOURCES:
         raise ValueError(f"sim_pose_source: {cfg.sim_pose_source!r} is not one of {list(POSE_SOURCES)}")
+    from embodied_gym.perception.wrapper import POSE_UPDATES
+
+    if cfg.evaluate.pose_update is not None and cfg.evaluate.pose_update not in POSE_UPDATES:
+        raise ValueError(f"evaluate.pose_update: {cfg.evaluate.pose_update!r} is not one of {list(POSE_UPDATES)} "
+                         f"(or null: as each policy's data was recorded)")
     if cfg.observation == "pose_estimate":
         from embodied_gym.perception.configuration import PoseEstimatorConfig
 

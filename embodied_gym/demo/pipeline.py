@@ -172,7 +172,8 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
         _say(f"{task}: evaluating {name} on the stand-in robot ({e.episodes} episodes)")
         res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
                               out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"),
-                              max_episode_steps=cfg.max_episode_steps, robot_config=cfg.robot_config)
+                              max_episode_steps=cfg.max_episode_steps, robot_config=cfg.robot_config,
+                              pose_update=e.pose_update)
         seeds[name] = successes_by_seed(res)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
                                                               if k in ("success_rate", "ci95", "episodes",

@@ -194,7 +194,7 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                     control_mode: str | None = None, progress: bool = True,
                     max_episode_steps: int | None = None, cameras: tuple[str, ...] | None = None,
                     image_size: tuple[int, int] | None = None, trust_policy_file: bool = False,
-                    pose_estimator: str | None = None) -> EvalResult:
+                    pose_estimator: str | None = None, pose_update: str | None = None) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
     ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
     make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
@@ -204,6 +204,9 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
         env_id: a sim or ``-Real-`` id; episode ``i`` is reset with ``seed + i``.
         visaligner / physics / robot_config: the env's options (see :func:`embodied_gym.factory.make_env`).
         videos: a folder for videos of the first episodes.
+        pose_update: when a policy that reads estimated object poses gets a new estimate
+            (``"every_frame"`` / ``"at_reset"``; default: as its data was recorded; see
+            :func:`~embodied_gym.policies.loading.make_env_for`).
 
     Returns:
         The success rate with its Wilson 95 % interval, returns, lengths and per-episode rows.
@@ -219,7 +222,7 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                        pose_estimator=pose_estimator)
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
     env = make_env_for(agent, env_id, physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
-                       render_mode="rgb_array" if videos else None)
+                       render_mode="rgb_array" if videos else None, pose_update=pose_update)
     try:
         result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
                           progress=progress, visaligner=visaligner, physics=physics)

@@ -745,13 +745,16 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
 
 def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = None, robot_config: str | None = None,
                  render_mode: str | None = None, extra_cameras: tuple[str, ...] = (),
-                 visaligner_steps: int | None = None, pose_estimator: str | os.PathLike | None = None, **kwargs):
+                 visaligner_steps: int | None = None, pose_estimator: str | os.PathLike | None = None,
+                 pose_update: str | None = None, **kwargs):
     """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim;
     ``visaligner_steps`` denoising steps per generated frame, default the model's), through
     :func:`embodied_gym.factory.make_env`. A policy that reads estimated object poses gets the env
     wrapped with its pose estimator (``agent.requirements.pose_estimator``) and the camera and
     image size the estimator reads; ``pose_estimator`` replaces that folder, or wraps the env of an
-    agent that reads no estimate (e.g. the expert, to record the estimate).
+    agent that reads no estimate (e.g. the expert, to record the estimate). ``pose_update``
+    (``"every_frame"`` / ``"at_reset"``) overrides when the estimate is refreshed; by default the
+    policy's data decides (its recording's ``pose_estimator.update``, else ``every_frame``).
 
     Raises:
         FileNotFoundError: the policy's pose estimator folder is missing.
@@ -773,6 +776,9 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
         agent.requirements.pose_estimator, agent.estimator_overridden = str(pose_estimator), True
         pose_estimator = None
     estimator = pose_estimator if pose_estimator is not None else _estimator_for(agent)
+    if estimator is not None:
+        recorded = (getattr(agent, "estimator_source", None) or {}).get("update", "every_frame")
+        kw["pose_update"] = pose_update or recorded
     env = make_env(env_id, robot_config=robot_config, physics=physics, visaligner=visaligner,
                    visaligner_steps=visaligner_steps, pose_estimator=estimator, **kw)
     if getattr(agent, "env_state", False):
