@@ -253,6 +253,9 @@ def test_ground_truth_wrapper_refuses_a_robot_and_bad_options(tmp_path, capsys):
     assert main(["record", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1", "--out", str(out),
                  "--pose-source", "ground_truth", "--cameras", "none"]) == 2
     assert "needs --pose-estimator DIR" in capsys.readouterr().err and not out.exists()
+    assert main(["record", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1", "--out", str(out),
+                 "--pose-update", "at_reset", "--cameras", "none"]) == 2
+    assert "--pose-update at_reset needs --pose-estimator DIR" in capsys.readouterr().err and not out.exists()
 
 
 def test_wrapper_rejects_bad_input(tmp_path):

@@ -30,6 +30,9 @@ def add_arguments(p) -> None:
                    help="with --pose-estimator: store its estimate (default), or, on sim ids, the simulator's true "
                         "object poses in the estimator's layout (exact labels; the trained policy still runs on "
                         "the estimator, whose folder the dataset names; no camera is rendered for it)")
+    p.add_argument("--pose-update", choices=("every_frame", "at_reset"), default="every_frame",
+                   help="with --pose-estimator: store every camera frame's poses, or the reset frame's held for the "
+                        "episode (the dataset names it; eval then holds the estimate the same way)")
     p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
     p.add_argument("--crf", type=int, default=DEFAULT_CRF,
                    help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)")
@@ -58,6 +61,10 @@ def run(args) -> int:
             raise UserInputError(f"--pose-source {args.pose_source} needs --pose-estimator DIR (the estimator the "
                                  f"policy will run on: it fixes the layout of the stored poses)")
         env_kwargs["pose_source"] = args.pose_source
+    if args.pose_update != "every_frame":
+        if not args.pose_estimator:
+            raise UserInputError(f"--pose-update {args.pose_update} needs --pose-estimator DIR")
+        env_kwargs["pose_update"] = args.pose_update
     if args.workers is not None and args.workers < 1:
         raise UserInputError(f"--workers must be at least 1 (1 records in this process), got {args.workers}")
     options = dict(seed=args.seed, resume=args.resume, vcodec=args.vcodec,
