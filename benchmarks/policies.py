@@ -315,7 +315,7 @@ def main() -> None:
         results["_settings"] = {k: v for k, v in vars(args).items() if k not in ("rows", "stages", "figure")}
         results["_settings"]["physics"] = physics
         write_json(results_path, results)
-        _plot(results, out / f"policies{tag}.png", args.task)
+        _plot(results, out / f"policies{tag}.png", args.task, args.eval_pose_update)
         if args.figure:
             Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(out / f"policies{tag}.png", args.figure)
@@ -365,7 +365,7 @@ def print_table(results: dict) -> None:
               f"{c['p_value']:.3g} |")
 
 
-def _plot(results: dict, png: Path, task: str) -> None:
+def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -> None:
     import textwrap
 
     import matplotlib
@@ -389,7 +389,8 @@ def _plot(results: dict, png: Path, task: str) -> None:
     ax.set_ylim(0, 1)
     ax.set_ylabel("success rate")
     n = results[keys[0]]["episodes"]
-    ax.set_title(f"{task}: ACT on joint state + camera pose estimate, stand-in robot ({n} paired seeds; "
+    which = " (the reset frame's, held)" if pose_update == "at_reset" else ""
+    ax.set_title(f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} paired seeds; "
                  f"grey: in its own sim)", fontsize=9)
     fig.tight_layout()
     save_figure(fig, png)
