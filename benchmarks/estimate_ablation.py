@@ -35,11 +35,12 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from embodied_gym.atomic import write_json  # noqa: E402
-from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper  # noqa: E402
+from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, true_pose_entry  # noqa: E402
 from embodied_gym.policies.evaluate import paired_comparison  # noqa: E402
 from embodied_gym.policies.loading import load_agent, make_env_for  # noqa: E402
 
@@ -48,22 +49,21 @@ REST_Z = 0.005  # m: the cup counts as resting on the table below this height
 TRUTH_KEY = "object_pose_truth"
 
 
-class _StandInTruth:
+class _StandInTruth(gym.Wrapper):
     """``obs[TRUTH_KEY]``: the stand-in's true object poses in the estimate's layout, held at the camera
-    rate (what :class:`GroundTruthPoseWrapper` does for a sim env)."""
+    rate (what :class:`GroundTruthPoseWrapper` does for a sim env; it refuses robots)."""
 
     def __init__(self, env, config):
         from embodied_gym.envs.spaces import camera_period
 
-        self.env, self.config = env, config
-        self._low, self._high = config.output_bounds()
+        super().__init__(env)
+        self.config = config
         self._period = camera_period(getattr(env.unwrapped, "camera_fps", None))
         self._held = None
 
     def _with_truth(self, obs, info):
         if self._held is None or int(info.get("step", 0)) % self._period == 0:
-            row = np.stack([np.asarray(info["object_poses"][o], np.float64) for o in self.config.objects])[None]
-            self._held = np.clip(self.config.targets(row)[0], self._low, self._high).astype(np.float32)
+            self._held = true_pose_entry(self.config, info["object_poses"])
         return {**obs, TRUTH_KEY: self._held.copy()}
 
     def reset(self, **kwargs):
@@ -74,13 +74,6 @@ class _StandInTruth:
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._with_truth(obs, info), reward, terminated, truncated, info
-
-    @property
-    def unwrapped(self):
-        return self.env.unwrapped
-
-    def close(self):
-        self.env.close()
 
 
 def run(args) -> dict:

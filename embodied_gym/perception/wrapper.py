@@ -68,6 +68,14 @@ def estimator_source(folder: str | os.PathLike) -> dict:
     return {"path": str(Path(folder).resolve()), "sha256": h.hexdigest()}
 
 
+def true_pose_entry(config, poses: dict) -> np.ndarray:
+    """The true object ``poses`` (``info["object_poses"]``) in an estimator's layout: what ``config``'s
+    estimator is trained to output, clipped into its estimate's Box."""
+    row = np.stack([np.asarray(poses[o], dtype=np.float64) for o in config.objects])[None]
+    low, high = config.output_bounds()
+    return np.clip(config.targets(row)[0], low, high).astype(np.float32)
+
+
 class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Add ``obs["object_pose_estimate"]`` (the estimated object poses) to a Dict observation.
 
@@ -238,9 +246,7 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _with_pose(self, obs: dict, info: dict) -> dict:
         refresh = self.update == "every_frame" and int(info.get("step", 0)) % self._period == 0
         if self._held is None or refresh:
-            poses = info["object_poses"]
-            row = np.stack([np.asarray(poses[o], dtype=np.float64) for o in self.config.objects])[None]
-            self._held = np.clip(self.config.targets(row)[0], self._low, self._high).astype(np.float32)
+            self._held = true_pose_entry(self.config, info["object_poses"])
         return {**obs, self.key: self._held.copy()}
 
     def reset(self, **kwargs):
@@ -253,4 +259,5 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self._with_pose(obs, info), reward, terminated, truncated, info
 
 
-__all__ = ["PoseEstimateWrapper", "GroundTruthPoseWrapper", "KEY", "POSE_SOURCES", "POSE_UPDATES", "estimator_source"]
+__all__ = ["PoseEstimateWrapper", "GroundTruthPoseWrapper", "KEY", "POSE_SOURCES", "POSE_UPDATES", "estimator_source",
+           "true_pose_entry"]
