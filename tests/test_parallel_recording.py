@@ -196,12 +196,11 @@ def test_workers_build_the_expert_with_the_integral_setting_asked_for():
 
 
 _ORPHAN_PARENT = """
-import os, multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-from embodied_gym.data.parallel import _init_local_worker
+import os
+from embodied_gym.processes import WorkerPool
 if __name__ == "__main__":
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_init_local_worker)
-    print(pool.submit(os.getpid).result(), flush=True)
+    pool = WorkerPool(1)
+    print(pool.result(pool.submit(os.getpid)), flush=True)
     os._exit(0)  # like SIGKILL: no shutdown, no clean-up runs
 """
 

@@ -386,3 +386,23 @@ def test_randomized_looks_change_the_frames_not_the_poses(tmp_path, expert_frame
     assert json.loads((tmp_path / "dr" / "frames.json").read_text())["source"].endswith("+look:randomized_look")
     with pytest.raises(ValueError, match="is a robot"):
         generate_frames(tmp_path / "x", cfg, seeds=[0], env_id="EmbodieDreamer-PickCup-Real-v0", look=randomized_look)
+
+
+def test_frames_from_worker_processes_are_those_of_one_process(tmp_path):
+    """``generate_frames(workers=2)`` writes the files one process writes (an episode depends only on
+    its seed); a look that cannot be sent to a worker is named."""
+    from embodied_gym.perception import randomized_look
+
+    cfg = tiny_config()
+    kw = dict(seeds=[0, 1], frame_stride=100, look=randomized_look, layouts_per_episode=2, progress=False)
+    serial = generate_frames(tmp_path / "one", cfg, **kw)
+    parallel = generate_frames(tmp_path / "two", cfg, workers=2, **kw)
+    assert [p.name for p in parallel] == [p.name for p in serial] == ["episode_000000.npz", "episode_000001.npz"]
+    for a, b in zip(serial, parallel):
+        with np.load(a, allow_pickle=False) as za, np.load(b, allow_pickle=False) as zb:
+            for key in ("inputs", "poses", "steps"):
+                np.testing.assert_array_equal(za[key], zb[key])
+    with pytest.raises(ValueError, match="look=.*cannot be sent to a worker"):
+        generate_frames(tmp_path / "x", cfg, seeds=[0, 1], look=lambda s: randomized_look(s), workers=2, progress=False)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        generate_frames(tmp_path / "y", cfg, seeds=[0], workers=0, progress=False)

@@ -155,6 +155,22 @@ def test_eval_expert_on_real_id_via_cli(tmp_path):
     assert a.per_episode[0].ret == b.per_episode[0].ret and a.success_rate == 1.0
 
 
+def test_eval_in_worker_processes_gives_the_episodes_of_one_process(tmp_path):
+    """``evaluate_policy(workers=2)`` (``eval --workers 2``) runs the same episodes: each depends only on
+    its seed, on the stand-in too (its noise restarts with the scene)."""
+    kw = dict(episodes=3, seed=3, max_episode_steps=60, progress=False)
+    one = evaluate_policy("expert", "EmbodieDreamer-PickCup-Real-v0", **kw)
+    two = evaluate_policy("expert", "EmbodieDreamer-PickCup-Real-v0", workers=2, **kw)
+    rows = lambda r: [(e.episode, e.seed, e.success, round(e.ret, 9), e.length) for e in r.per_episode]  # noqa: E731
+    assert rows(two) == rows(one) and two.episodes == 3 and two.success_rate == one.success_rate
+    # videos of the first three episodes, written by whichever worker ran them
+    evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=3, seed=3, max_episode_steps=10, workers=2,
+                    videos=str(tmp_path / "v"), progress=False)
+    assert sorted(p.name[:11] for p in (tmp_path / "v").glob("*.mp4")) == ["episode_000", "episode_001", "episode_002"]
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=1, workers=0)
+
+
 def test_visaligner_flag_names_what_is_wrong(tmp_path):
     agent = load_agent("expert")
     with pytest.raises(FileNotFoundError, match="is not a VisAligner model folder"):
@@ -573,3 +589,5 @@ def test_eval_cli_threads_setting(capsys):
         torch.set_num_threads(before)
     assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--threads", "0"]) == 2
     assert "--threads must be >= 1" in capsys.readouterr().err
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--workers", "0"]) == 2
+    assert "workers must be at least 1" in capsys.readouterr().err

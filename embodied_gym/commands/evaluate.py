@@ -36,6 +36,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, metavar="N",
                    help="torch CPU threads (default: torch's, one per core). 1 is fastest for a policy on a pose "
                         "estimate on a busy 2-core machine (about 5x faster per stand-in episode there)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes that run the episodes, one torch thread each (the per-episode results do not "
+                        "change; default 1: this process)")
     p.add_argument("--json", action="store_true", help="also print the summary as JSON")
 
 
@@ -55,7 +58,7 @@ def run(args) -> int:
                         cameras=tuple(args.cameras) if args.cameras else None,
                         image_size=tuple(args.image_size) if args.image_size else None,
                         trust_policy_file=args.trust_policy_file, pose_estimator=args.pose_estimator,
-                        pose_update=args.pose_update)
+                        pose_update=args.pose_update, workers=args.workers)
     print(r.summary())
     if args.out:
         print(f"per-episode results: {args.out}")

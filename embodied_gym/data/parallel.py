@@ -2,8 +2,8 @@
 
 :func:`record_expert_demos` is :func:`~embodied_gym.data.recording.record` for the scripted expert
 (:func:`embodied_gym.make_expert`), with the episodes rolled out by worker processes: local
-processes (``backend="local"``, started with ``spawn``, so MuJoCo's OpenGL state and torch's threads
-start clean; ``MUJOCO_GL`` is inherited) or Ray tasks (``backend="ray"``, on a local Ray instance,
+processes (``backend="local"``, :class:`~embodied_gym.processes.WorkerPool`: started with ``spawn``, so MuJoCo's
+OpenGL state and torch's threads start clean) or Ray tasks (``backend="ray"``, on a local Ray instance,
 as calibration's stage 1 runs them). Every worker builds its own env and expert from a picklable
 spec (the env id and :func:`~embodied_gym.factory.make_env`'s kwargs), with one torch thread.
 
@@ -32,20 +32,13 @@ from embodied_gym.data.recording import (RecordingSummary, RolledEpisode, plan_r
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
 from embodied_gym.envs.experts import FROM_PLAN
 from embodied_gym.errors import UserInputError
+from embodied_gym.processes import WorkerPool, cpu_count
 
 __all__ = ["BACKENDS", "record_expert_demos"]
 
 BACKENDS = ("local", "ray")
 
 _WORKER: dict = {}  # this worker process's env and expert, built from one spec
-
-
-def _cpu_count() -> int:
-    """The CPUs this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def _check_spec(env_kwargs: dict) -> None:
@@ -89,63 +82,24 @@ def _close_worker_env() -> None:
         env.close()
 
 
-def exit_with_parent(poll_s: float = 1.0) -> None:
-    """Make this (child) process exit once its parent is gone: a parent killed by SIGTERM or SIGKILL
-    runs no clean-up, and an orphaned worker would otherwise finish its job and wait for work forever
-    (holding the parent's output pipes open). A daemon thread polls the parent's pid."""
-    import threading
-    import time
-
-    def watch(parent: int) -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(1)
-
-    threading.Thread(target=watch, args=(os.getppid(),), daemon=True, name="exit-with-parent").start()
-
-
 def _init_local_worker() -> None:
-    import signal
     from multiprocessing import util
 
-    # Ctrl-C reaches the whole process group: the parent stops the workers, they stay quiet.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     util.Finalize(None, _close_worker_env, exitpriority=10)
-    exit_with_parent()
 
 
 class _LocalPool:
     def __init__(self, spec, workers: int):
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: MuJoCo's OpenGL context and torch's threads do not survive fork
-        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_local_worker)
+        self.pool = WorkerPool(workers, _init_local_worker, what="recording worker")
 
     def submit(self, spec, *args):
         return self.pool.submit(_rollout, spec, *args)
 
     def result(self, future) -> RolledEpisode:
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            return future.result()
-        except BrokenProcessPool as e:
-            raise RuntimeError(f"a recording worker process died ({e}). Workers are started with 'spawn' and "
-                               f"import the main module: a script that records must guard its entry point with "
-                               f"if __name__ == '__main__':") from e
+        return self.pool.result(future)
 
     def close(self, finished: bool) -> None:
-        if finished:
-            self.pool.shutdown(wait=True)
-            return
-        # interrupted: the queued episodes are dropped and the ones in flight stopped
-        processes = list((getattr(self.pool, "_processes", None) or {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for p in processes:
-            p.terminate()
-        for p in processes:
-            p.join(timeout=10)
+        self.pool.close(finished)  # interrupted: the queued episodes are dropped and the ones in flight stopped
 
 
 def _import_ray():
@@ -244,7 +198,7 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     _check_spec(env_kwargs)
     if backend == "ray":
         _import_ray()  # before anything is written
-    workers = min(workers or _cpu_count(), max(episodes, 1))
+    workers = min(workers or cpu_count(), max(episodes, 1))
 
     env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
     try:

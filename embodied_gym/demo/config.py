@@ -54,6 +54,7 @@ class PerceptionSettings:
     episodes: int = setting(60, help="sim episodes whose frames train the estimator (seeds 0..)")
     layouts_per_episode: int = setting(20, help="extra frames of fresh layouts after each episode")
     frame_stride: int = setting(4, help="keep every k-th frame of an episode")
+    workers: int | None = setting(None, help="processes that render the frames (default: the CPU count)")
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 
@@ -84,6 +85,7 @@ class EvalSettings:
     # at_reset (the reset frame's estimate held for the episode, before any arm occludes the objects);
     # None: as each policy's data was recorded (every_frame here)
     pose_update: str | None = None
+    workers: int | None = None  # processes that run a policy's episodes (default: the CPU count)
 
 
 OBSERVATIONS = ("pose_estimate", "images")

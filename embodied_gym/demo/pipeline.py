@@ -81,12 +81,13 @@ def stage_perception(cfg: DemoConfig, task: str, folder: Path) -> dict:
     from embodied_gym.perception import PoseEstimatorConfig, generate_frames
     from embodied_gym.perception.data import randomized_look
     from embodied_gym.perception.train import train_pose_estimator
+    from embodied_gym.processes import cpu_count
 
     p = cfg.perception
     estimator = PoseEstimatorConfig(task=task)
     frames = folder / "frames"
     generate_frames(frames, estimator, range(p.episodes), frame_stride=p.frame_stride, look=randomized_look,
-                    layouts_per_episode=p.layouts_per_episode)
+                    layouts_per_episode=p.layouts_per_episode, workers=p.workers or cpu_count())
     res = train_pose_estimator(replace(p.train, data=[str(frames)], out=str(folder / "train"), resume=True), estimator)
     return {"model": str(folder / "train" / "model"), "val_errors": res.val_errors,
             "loss_png": str(folder / "train" / "loss.png")}
@@ -165,6 +166,7 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
 def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
     import embodied_gym
     from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
+    from embodied_gym.processes import cpu_count
 
     e = cfg.evaluate
     out, seeds = {}, {}
@@ -173,7 +175,7 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
         res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
                               out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"),
                               max_episode_steps=cfg.max_episode_steps, robot_config=cfg.robot_config,
-                              pose_update=e.pose_update)
+                              pose_update=e.pose_update, workers=e.workers or cpu_count())
         seeds[name] = successes_by_seed(res)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
                                                               if k in ("success_rate", "ci95", "episodes",
@@ -200,7 +202,7 @@ def _execute_stage(run_dir: str, name: str, key: str, settings: dict, inputs: li
     """A background stage's process: runs the stage through the cache, so its ``stage.json`` is its result."""
     import torch
 
-    from embodied_gym.data.parallel import exit_with_parent
+    from embodied_gym.processes import exit_with_parent
 
     exit_with_parent()
     if torch_threads:
@@ -318,7 +320,9 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             asdict = dataclasses.asdict
             pose = cfg.observation == "pose_estimate"
             robot = {"robot_config": cfg.robot_config, "camera_fps": cfg.camera_fps, "observation": cfg.observation}
-            per = stage("perception", asdict(cfg.perception) if pose else {"skipped": True}, [],
+            # how many processes run the episodes does not change them: not part of the keys
+            per_settings = {k: v for k, v in asdict(cfg.perception).items() if k != "workers"}
+            per = stage("perception", per_settings if pose else {"skipped": True}, [],
                         lambda f: stage_perception(cfg, task, f) if pose else
                         {"skipped": "observation: images (the policies read the camera frames)"})
             estimator = per.get("model") if pose else None
@@ -334,7 +338,6 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                         lambda f: {"skipped": "observation: pose_estimate (the policies read the estimate, not the "
                                               "frames)"} if pose else
                         stage_visaligner(cfg, task, f, rec["dataset"], cal["result"]))
-            # how many processes roll out the sim episodes does not change them: not part of the key
             gen_settings = {k: v for k, v in asdict(cfg.generate).items() if k not in ("workers", "backend")}
             if pose:
                 gen_settings["sim_pose_source"] = cfg.sim_pose_source
@@ -348,7 +351,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
                         "tpo": tpo["policy"]}
             if not cfg.evaluate.expert:
                 policies.pop("expert")
-            ev = stage("evaluate", {**asdict(cfg.evaluate), "robot_config": cfg.robot_config},
+            ev_settings = {k: v for k, v in asdict(cfg.evaluate).items() if k != "workers"}
+            ev = stage("evaluate", {**ev_settings, "robot_config": cfg.robot_config},
                        ["act_real", "act_aligned", "tpo"],
                        lambda f: stage_evaluate(cfg, task, f, policies))
             paired = ev.get("_paired", [])

@@ -145,7 +145,7 @@ def _poses_row(info: dict, objects) -> np.ndarray:
 def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
                     frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
                     look: Callable[[int], SceneLook] | None = None, layouts_per_episode: int = 0,
-                    progress: bool = True) -> list[Path]:
+                    progress: bool = True, workers: int = 1) -> list[Path]:
     """Run the scripted expert for one episode per seed and store every ``frame_stride``-th frame.
 
     Args:
@@ -163,6 +163,9 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
             many layouts cost a reset each, not an episode. ``transform`` gets them as a second
             batch, separate from the episode's video.
         progress: show a tqdm bar.
+        workers: processes that run the episodes (:class:`~embodied_gym.processes.WorkerPool`); an
+            episode's frames depend only on its seed, so the files are those of one process. ``look``,
+            ``transform`` and ``env_kwargs`` are sent to them (module-level functions, paths).
 
     Episodes run the whole time limit with ``terminate_on_success=False``, so frames after the
     grasp (the cup lifted and held) are included.
@@ -174,6 +177,8 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
 
     if frame_stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1 (1 runs the episodes in this process), got {workers}")
     out = Path(out)
     env_id = env_id or embodied_gym.env_id(config.task)
     real = embodied_gym.parse_env_id(env_id).real
@@ -187,6 +192,9 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
     if not todo:
         return written
+    if min(workers, len(todo)) > 1:
+        job = (config, env_id, frame_stride, transform, env_kwargs, look, layouts_per_episode)
+        return written + _frames_in_workers(out, todo, job, min(workers, len(todo)), progress)
     kwargs = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
     # A sim env renders only the kept frames; a robot's frames come through its observation.
     kwargs["obs_type"] = "pixels_state" if real else "state"
@@ -232,6 +240,43 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
         if env is not None:
             env.close()
     return written
+
+
+def _frames_in_workers(out: Path, seeds: list, job: tuple, workers: int, progress: bool) -> list[Path]:
+    """:func:`generate_frames` for ``seeds``, one seed per job across ``workers`` processes."""
+    import pickle
+    from concurrent.futures import as_completed
+
+    from tqdm.auto import tqdm
+
+    from embodied_gym.processes import WorkerPool
+
+    for name, value in zip(("transform", "env_kwargs", "look"), job[3:6]):
+        try:
+            pickle.dumps(value)
+        except Exception as e:
+            raise ValueError(f"generate_frames(workers > 1): {name}={value!r} cannot be sent to a worker process "
+                             f"({type(e).__name__}: {e}); give a module-level function, or workers=1") from None
+    written: dict[int, Path] = {}
+    bar = tqdm(total=len(seeds), desc=f"frames {job[1]} ({workers} workers)", disable=not progress, unit="ep")
+    pool = WorkerPool(workers, what="frame generation worker")
+    finished = False
+    try:
+        futures = {pool.submit(_frames_of_seed, out, int(seed), job): int(seed) for seed in seeds}
+        for future in as_completed(futures):
+            written[futures[future]] = pool.result(future)
+            bar.update()
+        finished = True
+    finally:
+        bar.close()
+        pool.close(finished)
+    return [written[int(s)] for s in seeds]
+
+
+def _frames_of_seed(out: Path, seed: int, job: tuple) -> Path:
+    config, env_id, frame_stride, transform, env_kwargs, look, layouts = job
+    return generate_frames(out, config, [seed], env_id, frame_stride, transform, env_kwargs, look, layouts,
+                           progress=False)[0]
 
 
 def _transformed(transform: FrameTransform | None, frames: np.ndarray, source: str) -> np.ndarray:

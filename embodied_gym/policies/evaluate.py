@@ -160,32 +160,70 @@ def evaluate(agent, env, episodes: int = 50, seed: int = 0, *, env_id: str = "",
     """Run ``episodes`` episodes of ``agent`` in ``env``; videos of the first ``video_episodes``."""
     from tqdm import tqdm
 
-    from embodied_gym.video import write_mp4
-
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     rows: list[EpisodeResult] = []
     t0 = time.time()
+    bar = tqdm(range(episodes), desc=f"eval {env_id or 'env'}", unit="ep", disable=not progress)
+    for i in bar:
+        rows.append(_episode(env, agent, i, seed, videos, video_episodes))
+        bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
+    return _result(rows, env_id, policy_name, seed, time.time() - t0, visaligner, physics)
+
+
+def _episode(env, agent, i: int, seed: int, videos, video_episodes: int) -> EpisodeResult:
+    """Episode ``i`` (reset with ``seed + i``), its video written when ``i < video_episodes``."""
+    from embodied_gym.video import write_mp4
+
+    record = bool(videos) and i < video_episodes
     camera = None
-    if videos:
+    if record:
         Path(videos).mkdir(parents=True, exist_ok=True)
         cams = getattr(env.unwrapped, "cameras", ())
         camera = cams[0] if cams else None
-    bar = tqdm(range(episodes), desc=f"eval {env_id or 'env'}", unit="ep", disable=not progress)
-    for i in bar:
-        frames = [] if videos and i < video_episodes else None
-        success, ret, length, last_r, err = run_episode(env, agent, seed + i, frames, camera)
-        video = None
-        if frames:
-            video = str(Path(videos) / f"episode_{i:03d}_{'success' if success else 'failure'}.mp4")
-            write_mp4(video, frames, fps=25)
-        rows.append(EpisodeResult(i, seed + i, success, ret, length, last_r, err, video))
-        bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
+    frames = [] if record else None
+    success, ret, length, last_r, err = run_episode(env, agent, seed + i, frames, camera)
+    video = None
+    if frames:
+        video = str(Path(videos) / f"episode_{i:03d}_{'success' if success else 'failure'}.mp4")
+        write_mp4(video, frames, fps=25)
+    return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video)
+
+
+def _result(rows: list[EpisodeResult], env_id: str, policy_name: str, seed: int, wall_time_s: float,
+            visaligner: str | None, physics: str | None) -> EvalResult:
+    rows = sorted(rows, key=lambda r: r.episode)
     k = sum(r.success for r in rows)
-    return EvalResult(env_id=env_id, policy=policy_name, episodes=episodes, seed=seed, success_rate=k / episodes,
-                      ci95=wilson_interval(k, episodes), mean_return=float(np.mean([r.ret for r in rows])),
-                      mean_length=float(np.mean([r.length for r in rows])), wall_time_s=time.time() - t0,
+    n = len(rows)
+    return EvalResult(env_id=env_id, policy=policy_name, episodes=n, seed=seed, success_rate=k / n,
+                      ci95=wilson_interval(k, n), mean_return=float(np.mean([r.ret for r in rows])),
+                      mean_length=float(np.mean([r.length for r in rows])), wall_time_s=wall_time_s,
                       per_episode=rows, visaligner=visaligner, physics=physics)
+
+
+# One evaluation worker process's agent and env (see evaluate_policy(workers=...)).
+_WORKER: dict = {}
+
+
+def _agent_and_env(spec: dict):
+    from embodied_gym.policies.loading import load_agent, make_env_for
+
+    agent = load_agent(spec["policy"], **spec["agent"])
+    return agent, make_env_for(agent, spec["env_id"], **spec["env"])
+
+
+def _init_worker(spec: dict) -> None:
+    from multiprocessing import util
+
+    import torch
+
+    torch.set_num_threads(1)  # one core per worker
+    _WORKER["agent"], _WORKER["env"] = _agent_and_env(spec)
+    util.Finalize(None, _WORKER["env"].close, exitpriority=10)
+
+
+def _worker_episode(i: int, seed: int, videos, video_episodes: int) -> EpisodeResult:
+    return _episode(_WORKER["env"], _WORKER["agent"], i, seed, videos, video_episodes)
 
 
 def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0, *, visaligner: str | None = None,
@@ -194,7 +232,8 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                     control_mode: str | None = None, progress: bool = True,
                     max_episode_steps: int | None = None, cameras: tuple[str, ...] | None = None,
                     image_size: tuple[int, int] | None = None, trust_policy_file: bool = False,
-                    pose_estimator: str | None = None, pose_update: str | None = None) -> EvalResult:
+                    pose_estimator: str | None = None, pose_update: str | None = None,
+                    workers: int = 1) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
     ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
     make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
@@ -207,31 +246,67 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
         pose_update: when a policy that reads estimated object poses gets a new estimate
             (``"every_frame"`` / ``"at_reset"``; default: as its data was recorded; see
             :func:`~embodied_gym.policies.loading.make_env_for`).
+        workers: processes that run the episodes (:class:`~embodied_gym.processes.WorkerPool`, one torch
+            thread each), each with its own copy of the policy and env. An episode depends only on its
+            seed, so the per-episode results are those of one process (``workers=1``, this process).
 
     Returns:
         The success rate with its Wilson 95 % interval, returns, lengths and per-episode rows.
 
     Raises:
-        ValueError: an unknown id, a policy file that is refused (see docs/policies.md), or an
-            option that does not apply to the id.
+        ValueError: an unknown id, a policy file that is refused (see docs/policies.md), an option
+            that does not apply to the id, or ``workers`` < 1.
     """
-    from embodied_gym.policies.loading import load_agent, make_env_for
-
-    agent = load_agent(policy, temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode,
-                       cameras=cameras, image_size=image_size, trust_policy_file=trust_policy_file,
-                       pose_estimator=pose_estimator)
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1 (1 runs the episodes in this process), got {workers}")
+    if episodes < 1:
+        raise ValueError("episodes must be >= 1")
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
-    env = make_env_for(agent, env_id, physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
-                       render_mode="rgb_array" if videos else None, pose_update=pose_update)
+    spec = {"policy": policy, "env_id": env_id,
+            "agent": dict(temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode, cameras=cameras,
+                          image_size=image_size, trust_policy_file=trust_policy_file, pose_estimator=pose_estimator),
+            "env": dict(physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
+                        render_mode="rgb_array" if videos else None, pose_update=pose_update)}
+    agent, env = _agent_and_env(spec)  # here first: a bad policy or option fails before any worker starts
     try:
-        result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
-                          progress=progress, visaligner=visaligner, physics=physics)
+        if min(workers, episodes) == 1:
+            result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
+                              progress=progress, visaligner=visaligner, physics=physics)
     finally:
         env.close()
+    if min(workers, episodes) > 1:
+        result = _evaluate_in_workers(spec, min(workers, episodes), episodes, seed, videos, progress)
+        result.visaligner, result.physics = visaligner, physics
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         atomic.write_json(out, result.to_json())
     return result
+
+
+def _evaluate_in_workers(spec: dict, workers: int, episodes: int, seed: int, videos, progress: bool,
+                         video_episodes: int = 3) -> EvalResult:
+    from concurrent.futures import as_completed
+
+    from tqdm import tqdm
+
+    from embodied_gym.processes import WorkerPool
+
+    t0 = time.time()
+    rows: list[EpisodeResult] = []
+    bar = tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress)
+    pool = WorkerPool(workers, _init_worker, (spec,), what="evaluation worker")
+    finished = False
+    try:
+        futures = [pool.submit(_worker_episode, i, seed, videos, video_episodes) for i in range(episodes)]
+        for future in as_completed(futures):
+            rows.append(pool.result(future))
+            bar.update()
+            bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
+        finished = True
+    finally:
+        bar.close()
+        pool.close(finished)
+    return _result(rows, spec["env_id"], str(spec["policy"]), seed, time.time() - t0, None, None)
 
 
 def evaluate_experts(tasks: list[str] | None, episodes: int, seed: int, out: str | os.PathLike, camera: str = "cam_high",

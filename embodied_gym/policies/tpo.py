@@ -62,7 +62,7 @@ from embodied_gym import atomic
 from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import setting
 from embodied_gym.data import features as F
-from embodied_gym.policies.act import POLICY_META, save_checkpoint
+from embodied_gym.policies.act import POLICY_META, make_optimizer, save_checkpoint
 from embodied_gym.policies.scoring import target_distance, trajectory_score
 
 
@@ -336,7 +336,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
     env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=visaligner,
                        visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator, **extra)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
+    optimizer = make_optimizer([p for p in policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:
         optimizer = load_optimizer_state(optimizer, last / "training_state")

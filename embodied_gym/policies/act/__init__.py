@@ -14,9 +14,9 @@ from embodied_gym.policies.act.configuration import PRESETS, ACTPreset, ACTTrain
 from embodied_gym.policies.act.data import (STD_FLOOR, TrainingFrames, load_training_frames, normalisation_stats,
                                             resize_images, select_cameras)
 from embodied_gym.policies.act.modeling import load_backbone_weights, make_act_policy
-from embodied_gym.policies.act.training import TrainResult, plot_training_log, train_act
+from embodied_gym.policies.act.training import TrainResult, make_optimizer, plot_training_log, train_act
 
 __all__ = ["ACTPreset", "PRESETS", "ACTTrainConfig", "preset_field_names", "TrainingFrames", "STD_FLOOR",
            "normalisation_stats", "resize_images", "select_cameras", "load_training_frames", "make_act_policy",
            "load_backbone_weights", "POLICY_META", "save_checkpoint", "load_training_state", "latest_checkpoint",
-           "resolve_pretrained_dir", "TrainResult", "train_act", "plot_training_log"]
+           "resolve_pretrained_dir", "TrainResult", "train_act", "plot_training_log", "make_optimizer"]
