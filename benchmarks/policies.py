@@ -216,6 +216,11 @@ def main() -> None:
     p.add_argument("--tpo-rollouts", type=int, default=16)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
+    p.add_argument("--tpo-pose-update", choices=("every_frame", "at_reset"),
+                   help="row (d): when the TPO rollouts' pose estimate is refreshed (default: --eval-pose-update, "
+                        "the observation the policy is evaluated with; unset: as its data was recorded)")
+    p.add_argument("--tpo-out", default="tpo_d", help="row (d): the TPO output folder under --out (another name "
+                   "keeps a run at other TPO sizes beside the first)")
     p.add_argument("--tpo-rollout-noise", type=float, default=0.02,
                    help="Laplace b of TPO's rollouts (TPO's own default is its likelihood scale, 0.1: there the "
                         "rollouts mostly fail; BENCHMARKS.md has both)")
@@ -294,18 +299,20 @@ def main() -> None:
             from embodied_gym.policies.tpo import TPOConfig, train_tpo
 
             t_c = _train(data["calibrated"]["dataset"], out / "act_c", args)
-            tpo_out = out / "tpo_d"
+            tpo_out = out / args.tpo_out
             log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
                                       rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
-                                      num_threads=args.threads))
+                                      num_threads=args.threads,
+                                      pose_update=args.tpo_pose_update or args.eval_pose_update))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
             ev = _eval(tpo_out, real, out / f"eval_d{tag}.json", args)
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
                                      "sft_weight": args.tpo_sft_weight,
+                                     "pose_update": args.tpo_pose_update or args.eval_pose_update,
                                      "rollout_success": [r["rollout_success_rate"] for r in log]})
         # another process (other --rows) may have saved rows meanwhile: merge into what is on disk now
         row = results[key]

@@ -194,3 +194,26 @@ def test_a_policy_recorded_at_reset_is_evaluated_at_reset_unless_overridden(pose
     env = make_env_for(load_agent(str(pose_policy[0])), SIM, max_episode_steps=5)  # recorded before: every frame
     assert env.get_wrapper_attr("update") == "every_frame"
     env.close()
+
+
+def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(pose_policy, tmp_path):
+    """``TPOConfig(pose_update="at_reset")``: the rollouts read the reset frame's estimate held (the
+    estimate in a trajectory never changes), and the checkpoint names the rule, so eval uses it too."""
+    out, _ = pose_policy
+    cfg = TPOConfig(policy=str(out), env_id=SIM, out=str(tmp_path / "tpo"), iterations=1, rollouts=2, pairs=1,
+                    epochs=1, max_episode_steps=15, progress=False, pose_update="at_reset")
+    train_tpo(cfg)
+    meta = json.loads((latest_checkpoint(tmp_path / "tpo") / "pretrained_model" / POLICY_META).read_text())
+    assert meta["pose_estimator"]["update"] == "at_reset"
+    tuned = load_agent(str(tmp_path / "tpo"))
+    env = make_env_for(tuned, SIM, max_episode_steps=15)
+    assert env.get_wrapper_attr("update") == "at_reset"
+    traj = rollout(tuned, env, "PickCup", 0, 0.0, np.random.default_rng(0))
+    env.close()
+    assert np.allclose(traj.env_state, traj.env_state[:1])  # held for the episode
+    from embodied_gym.cli import main
+
+    with pytest.raises(SystemExit) as bad:  # argparse names the valid choices
+        main(["train", "tpo", "--policy", str(out), "--env", SIM, "--out", str(tmp_path / "x"),
+              "--pose-update", "sometimes"])
+    assert bad.value.code == 2

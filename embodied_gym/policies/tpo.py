@@ -99,6 +99,10 @@ class TPOConfig:
     pose_estimator: str | None = setting(None, help="pose estimator folder for a policy on estimated object poses "
                                                     "(observation.environment_state); default: the one its "
                                                     "embodied_gym_policy.json names")
+    pose_update: str | None = setting(None, choices=("every_frame", "at_reset"),
+                                      help="a policy on estimated object poses: estimate every camera frame, or the "
+                                           "reset frame only and hold it (default: as its data was recorded); "
+                                           "roll out with the observation the policy is deployed with")
     progress: bool = setting(True, cli=False)
 
     def n_rollouts(self) -> int:
@@ -268,7 +272,7 @@ def _estimator_description(env, previous: dict | None) -> dict:
     while not isinstance(wrapper, PoseEstimateWrapper):
         wrapper = wrapper.env
     est = wrapper.estimator.config
-    about = dict(previous or {})
+    about = {k: v for k, v in (previous or {}).items() if k != "update"}  # the rollouts' own update rule
     about.update(wrapper.source or {})
     about.update(camera=est.camera, image_size=list(env.unwrapped.image_size), names=list(est.output_names))
     return about
@@ -335,7 +339,8 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
 
         visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
     env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=visaligner,
-                       visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator, **extra)
+                       visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator,
+                       pose_update=cfg.pose_update, **extra)
     optimizer = make_optimizer([p for p in policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:
