@@ -94,6 +94,8 @@ def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, ar
                       obs_type="state" if pose_source == "ground_truth" else "pixels_state")
         if physics is not None:
             kwargs["physics"] = physics
+        if args.demo_pose_update:
+            kwargs["pose_update"] = args.demo_pose_update
         if args.robot_config and embodied_gym.parse_env_id(env_id).real:
             kwargs["robot_config"] = args.robot_config
         record_expert_demos(env_id, kwargs, root, episodes - have, seed=seed, resume=is_dataset(root),
@@ -187,6 +189,9 @@ def main() -> None:
     p.add_argument("--sim-pose-source", choices=("ground_truth", "estimate"), default="ground_truth",
                    help="the cup position stored in the generated sim demos: the sim's true one, read at the camera "
                         "rate (default), or the estimator's estimate (evaluation always uses the estimate)")
+    p.add_argument("--demo-pose-update", choices=("every_frame", "at_reset"),
+                   help="the demos' environment state: refreshed every camera frame (default) or the reset frame's "
+                        "estimate (the true start pose with --sim-pose-source ground_truth) held for the episode")
     p.add_argument("--camera-fps", type=float, default=10.0,
                    help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
     p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,

@@ -267,15 +267,16 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
                           image_size=image_size, trust_policy_file=trust_policy_file, pose_estimator=pose_estimator),
             "env": dict(physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
                         render_mode="rgb_array" if videos else None, pose_update=pose_update)}
+    workers = min(workers, episodes)
     agent, env = _agent_and_env(spec)  # here first: a bad policy or option fails before any worker starts
     try:
-        if min(workers, episodes) == 1:
+        if workers == 1:
             result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
                               progress=progress, visaligner=visaligner, physics=physics)
     finally:
         env.close()
-    if min(workers, episodes) > 1:
-        result = _evaluate_in_workers(spec, min(workers, episodes), episodes, seed, videos, progress)
+    if workers > 1:
+        result = _evaluate_in_workers(spec, workers, episodes, seed, videos, progress)
         result.visaligner, result.physics = visaligner, physics
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
