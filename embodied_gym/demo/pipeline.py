@@ -159,8 +159,16 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
 
     log = train_tpo(replace(cfg.tpo, policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
                             physics=physics, visaligner=model if cfg.observation == "images" else None,
-                            max_episode_steps=cfg.max_episode_steps))
+                            max_episode_steps=cfg.max_episode_steps, pose_update=_tpo_pose_update(cfg)))
     return {"policy": str(folder / "tpo"), "log": log}
+
+
+def _tpo_pose_update(cfg: DemoConfig) -> str | None:
+    """TPO rolls out on the observation the policies are evaluated on (``evaluate.pose_update``),
+    unless the tpo settings name one."""
+    if cfg.observation != "pose_estimate":
+        return None
+    return cfg.tpo.pose_update or cfg.evaluate.pose_update
 
 
 def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
@@ -344,7 +352,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
                         lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
             act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
-            tpo = stage("tpo", asdict(cfg.tpo), ["act_aligned", "calibrate", "visaligner"],
+            tpo = stage("tpo", {**asdict(cfg.tpo), "pose_update": _tpo_pose_update(cfg)},
+                        ["act_aligned", "calibrate", "visaligner"],
                         lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
             act_real = wait("act_real", act_real)
             policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
