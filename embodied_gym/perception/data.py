@@ -193,8 +193,9 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     if not todo:
         return written
     if min(workers, len(todo)) > 1:
-        job = (config, env_id, frame_stride, transform, env_kwargs, look, layouts_per_episode)
-        return written + _frames_in_workers(out, todo, job, min(workers, len(todo)), progress)
+        job = dict(env_id=env_id, frame_stride=frame_stride, transform=transform, env_kwargs=env_kwargs, look=look,
+                   layouts_per_episode=layouts_per_episode)
+        return written + _frames_in_workers(out, config, todo, job, min(workers, len(todo)), progress)
     kwargs = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
     # A sim env renders only the kept frames; a robot's frames come through its observation.
     kwargs["obs_type"] = "pixels_state" if real else "state"
@@ -242,8 +243,10 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     return written
 
 
-def _frames_in_workers(out: Path, seeds: list, job: tuple, workers: int, progress: bool) -> list[Path]:
-    """:func:`generate_frames` for ``seeds``, one seed per job across ``workers`` processes."""
+def _frames_in_workers(out: Path, config: PoseEstimatorConfig, seeds: list, job: dict, workers: int,
+                       progress: bool) -> list[Path]:
+    """:func:`generate_frames` (with ``job``'s keyword arguments) for ``seeds``, one seed per task across
+    ``workers`` processes."""
     import pickle
     from concurrent.futures import as_completed
 
@@ -251,32 +254,24 @@ def _frames_in_workers(out: Path, seeds: list, job: tuple, workers: int, progres
 
     from embodied_gym.processes import WorkerPool
 
-    for name, value in zip(("transform", "env_kwargs", "look"), job[3:6]):
+    for name in ("transform", "env_kwargs", "look"):
         try:
-            pickle.dumps(value)
+            pickle.dumps(job[name])
         except Exception as e:
-            raise ValueError(f"generate_frames(workers > 1): {name}={value!r} cannot be sent to a worker process "
+            raise ValueError(f"generate_frames(workers > 1): {name}={job[name]!r} cannot be sent to a worker process "
                              f"({type(e).__name__}: {e}); give a module-level function, or workers=1") from None
     written: dict[int, Path] = {}
-    bar = tqdm(total=len(seeds), desc=f"frames {job[1]} ({workers} workers)", disable=not progress, unit="ep")
-    pool = WorkerPool(workers, what="frame generation worker")
-    finished = False
-    try:
-        futures = {pool.submit(_frames_of_seed, out, int(seed), job): int(seed) for seed in seeds}
+    with (tqdm(total=len(seeds), desc=f"frames {job['env_id']} ({workers} workers)", disable=not progress,
+               unit="ep") as bar, WorkerPool(workers, what="frame generation worker") as pool):
+        futures = {pool.submit(_frames_of_seed, out, config, int(seed), job): int(seed) for seed in seeds}
         for future in as_completed(futures):
             written[futures[future]] = pool.result(future)
             bar.update()
-        finished = True
-    finally:
-        bar.close()
-        pool.close(finished)
     return [written[int(s)] for s in seeds]
 
 
-def _frames_of_seed(out: Path, seed: int, job: tuple) -> Path:
-    config, env_id, frame_stride, transform, env_kwargs, look, layouts = job
-    return generate_frames(out, config, [seed], env_id, frame_stride, transform, env_kwargs, look, layouts,
-                           progress=False)[0]
+def _frames_of_seed(out: Path, config: PoseEstimatorConfig, seed: int, job: dict) -> Path:
+    return generate_frames(out, config, [seed], progress=False, **job)[0]
 
 
 def _transformed(transform: FrameTransform | None, frames: np.ndarray, source: str) -> np.ndarray:

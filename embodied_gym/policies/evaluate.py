@@ -294,19 +294,13 @@ def _evaluate_in_workers(spec: dict, workers: int, episodes: int, seed: int, vid
 
     t0 = time.time()
     rows: list[EpisodeResult] = []
-    bar = tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress)
-    pool = WorkerPool(workers, _init_worker, (spec,), what="evaluation worker")
-    finished = False
-    try:
+    with (tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress)
+          as bar, WorkerPool(workers, _init_worker, (spec,), what="evaluation worker") as pool):
         futures = [pool.submit(_worker_episode, i, seed, videos, video_episodes) for i in range(episodes)]
         for future in as_completed(futures):
             rows.append(pool.result(future))
             bar.update()
             bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
-        finished = True
-    finally:
-        bar.close()
-        pool.close(finished)
     return _result(rows, spec["env_id"], str(spec["policy"]), seed, time.time() - t0, None, None)
 
 
