@@ -17,7 +17,9 @@ Rows (each evaluated on the stand-in robot, ``EmbodieDreamer-PickCup-Real-v0``, 
 (b) ACT on ``--sim-demos`` demonstrations generated in the nominal sim;
 (c) ACT on ``--sim-demos`` demonstrations generated in the calibrated sim (PhysAligner's physics,
     delay and backlash fitted to the stand-in demonstrations of row a);
-(d) (c) after TPO in the calibrated sim (perception-wrapped observations);
+(d) (c) after TPO in the calibrated sim (perception-wrapped observations); TPO returns the iteration
+    (the reference included) its greedy evaluation in the calibrated sim ranks first (``--tpo-select``;
+    ``--tpo-curve`` also evaluates every iteration on the stand-in, ``tpo_iterations.png``);
 (e) (c) with the estimate of a pose estimator trained on raw sim renders (``--raw-estimator``)
     instead of ``--estimator``: (c)'s policy evaluated with it (with ``--sim-pose-source estimate``:
     trained on (c)'s episodes re-recorded with its estimate);
@@ -145,7 +147,7 @@ def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimat
         robot = args.robot_config if embodied_gym.parse_env_id(env_id).real else None
         evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
                         temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
-                        robot_config=robot, pose_update=args.eval_pose_update)
+                        robot_config=robot, pose_update=args.eval_pose_update, workers=args.eval_workers)
     return json.loads(out.read_text())
 
 
@@ -232,6 +234,16 @@ def main() -> None:
     p.add_argument("--tpo-sft-weight", type=float, default=0.0,
                    help="TPO's optional L1 anchor on the preferred trajectories (TPOConfig.sft_weight; 0 is the "
                         "paper's loss)")
+    p.add_argument("--tpo-eval-episodes", type=int, default=50,
+                   help="row (d): TPO's greedy evaluations in the calibrated sim (the reference and every iteration; "
+                        "TPOConfig.eval_episodes, seeds from 10000); 0: none")
+    p.add_argument("--tpo-select", choices=("best", "last"), default="best",
+                   help="row (d): the iteration TPO returns (TPOConfig.select): the best of those evaluations, or "
+                        "the last")
+    p.add_argument("--tpo-curve", action="store_true",
+                   help="row (d): also evaluate every TPO iteration on the stand-in (the same seeds as the rows: "
+                        "does the in-sim choice predict the stand-in?)")
+    p.add_argument("--eval-workers", type=int, default=1, help="processes per evaluation (results do not change)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
                    choices=[*ROWS, "c_sim"])
     p.add_argument("--stages", choices=["all", "data"], default="all",
@@ -301,7 +313,7 @@ def main() -> None:
             ev = _eval(out / "act_c", sim, out / f"eval_c_sim{tag}.json", args, physics=physics)
             results[key] = _row("(c) in its own (calibrated) sim", ev, train_time_s=t, steps=args.steps)
         elif key == "d":
-            from embodied_gym.policies.tpo import TPOConfig, train_tpo
+            from embodied_gym.policies.tpo import TPOConfig, selected_iteration, train_tpo
 
             t_c = _train(data["calibrated"]["dataset"], out / "act_c", args)
             tpo_out = out / args.tpo_out
@@ -309,16 +321,32 @@ def main() -> None:
                                       iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
                                       pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
                                       rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
-                                      num_threads=args.threads,
+                                      num_threads=args.threads, eval_episodes=args.tpo_eval_episodes,
+                                      eval_temporal_ensemble=args.temporal_ensemble, eval_workers=args.eval_workers,
+                                      select=args.tpo_select,
                                       pose_update=args.tpo_pose_update or args.eval_pose_update))
-            tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log)
-            ev = _eval(tpo_out, real, out / f"eval_d{tag}.json", args)
+            tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log if r["iteration"] > 0)
+            named = "d" if args.tpo_out == "tpo_d" else args.tpo_out
+            ev = _eval(tpo_out, real, out / f"eval_{named}{tag}.json", args)
+            curve = {}
+            if args.tpo_curve:  # every iteration on the stand-in; iteration 0 is row (c) itself
+                for r in log:
+                    it = r["iteration"]
+                    e = (_eval(out / "act_c", real, out / f"eval_c{tag}.json", args) if it == 0 else
+                         _eval(tpo_out / "checkpoints" / f"{it:06d}", real, out / f"eval_{named}_iteration{it}{tag}.json",
+                               args))
+                    curve[str(it)] = e["success_rate"]
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
                                      "sft_weight": args.tpo_sft_weight,
                                      "pose_update": args.tpo_pose_update or args.eval_pose_update,
-                                     "rollout_success": [r["rollout_success_rate"] for r in log]})
+                                     "rollout_success": [r["rollout_success_rate"] for r in log if r["iteration"] > 0],
+                                     "select": args.tpo_select,
+                                     "selected_iteration": selected_iteration(log, args.tpo_select),
+                                     "sim_eval": {str(r["iteration"]): r["eval_success_rate"] for r in log
+                                                  if "eval_success_rate" in r},
+                                     "standin_by_iteration": curve})
         # another process (other --rows) may have saved rows meanwhile: merge into what is on disk now
         row = results[key]
         results = json.loads(results_path.read_text()) if results_path.exists() else {}
@@ -328,6 +356,8 @@ def main() -> None:
         results["_settings"]["physics"] = physics
         write_json(results_path, results)
         _plot(results, out / f"policies{tag}.png", args.task, args.eval_pose_update)
+        if results.get("d", {}).get("tpo", {}).get("standin_by_iteration"):
+            _plot_tpo_iterations(results["d"]["tpo"], out / f"tpo_iterations{tag}.png", args)
         if args.figure:
             Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(out / f"policies{tag}.png", args.figure)
@@ -369,6 +399,14 @@ def print_table(results: dict) -> None:
         where = " (calibrated sim)" if key == "c_sim" else ""
         print(f"| ({key}) {r['row']}{where} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {r['episodes']} | "
               f"{r['train_time_s'] / 60:.1f} min |")
+    tpo = results.get("d", {}).get("tpo", {})
+    if tpo.get("sim_eval"):
+        print(f"\nTPO iterations (0: row c), greedy success; returned: iteration {tpo.get('selected_iteration')}")
+        print("| iteration | in the calibrated sim (TPO's own evaluation) | on the stand-in |")
+        print("|---|---|---|")
+        for it, rate in tpo["sim_eval"].items():
+            standin = tpo.get("standin_by_iteration", {}).get(it)
+            print(f"| {it} | {rate:.0%} | {'-' if standin is None else f'{standin:.0%}'} |")
     print()
     print("| comparison (same seeds) | rates | only first / only second succeeded | exact McNemar p |")
     print("|---|---|---|---|")
@@ -404,6 +442,36 @@ def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -
     which = " (the reset frame's, held)" if pose_update == "at_reset" else ""
     ax.set_title(f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} paired seeds; "
                  f"grey: in its own sim)", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, png)
+
+
+def _plot_tpo_iterations(tpo: dict, png: Path, args) -> None:
+    """Row (d)'s TPO iterations: the greedy success in the calibrated sim that chose the returned one,
+    beside the success on the stand-in (the same policies; iteration 0 is row c)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embodied_gym.atomic import save_figure
+
+    sim = {int(k): v for k, v in tpo["sim_eval"].items()}
+    real = {int(k): v for k, v in tpo["standin_by_iteration"].items()}
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.plot(list(sim), list(sim.values()), "s-", label=f"calibrated sim ({args.tpo_eval_episodes} episodes, TPO's own "
+                                                       f"evaluation)")
+    ax.plot(list(real), list(real.values()), "o-", label=f"stand-in ({args.eval_episodes} episodes)")
+    chosen = tpo.get("selected_iteration")
+    if chosen in real:
+        ax.plot([chosen], [real[chosen]], "*", ms=16, color="tab:red", label=f"returned: iteration {chosen}")
+    ax.set_xticks(sorted(set(sim) | set(real)))
+    ax.set_xlabel("TPO iteration (0: row c, the reference)")
+    ax.set_ylabel("greedy success rate")
+    ax.set_ylim(0, 1)
+    world = Path(args.robot_config).stem if args.robot_config else "default world"
+    ax.set_title(f"{args.task}, {world}: TPO iterations in the sim and on the stand-in", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     save_figure(fig, png)
 

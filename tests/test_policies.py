@@ -13,7 +13,8 @@ from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_a
 from embodied_gym.policies.evaluate import evaluate, evaluate_policy, wilson_interval
 from embodied_gym.policies.loading import ACTAgent, load_agent, make_env_for
 from embodied_gym.policies.scoring import target_distance, trajectory_score
-from embodied_gym.policies.tpo import (ACTLikelihood, TPOConfig, preference_pairs, rollout, tpo_loss, train_tpo)
+from embodied_gym.policies.tpo import (ACTLikelihood, TPOConfig, preference_pairs, rollout, selected_iteration,
+                                      tpo_loss, train_tpo)
 
 TINY = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
             n_vae_encoder_layers=1)
@@ -278,19 +279,39 @@ def test_tpo_rollout_noise_scale(tiny_act):
 def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     out, _, _ = tiny_act
     cfg = TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "tpo"), iterations=1,
-                    rollouts=2, pairs=1, epochs=1, progress=False)
+                    rollouts=2, pairs=1, epochs=1, eval_episodes=2, max_episode_steps=20, progress=False)
     log = train_tpo(cfg)
-    assert len(log) == 1 and log[0]["rollouts"] == 2 and len(log[0]["scores"]) == 2
+    # iteration 0: the reference's greedy evaluation in the sim; then one row per iteration
+    assert [r["iteration"] for r in log] == [0, 1] and "scores" not in log[0]
+    assert log[1]["rollouts"] == 2 and len(log[1]["scores"]) == 2
+    assert all(len(r["eval_successes"]) == 2 and r["eval_seed"] == 10_000 for r in log)
     assert (tmp_path / "tpo" / "tpo.png").exists() and latest_checkpoint(tmp_path / "tpo").name == "000001"
     again = train_tpo(cfg)  # already done: resumes past the last finished iteration, nothing to do
-    assert len(again) == 1
-    agent = load_agent(str(tmp_path / "tpo"))
-    assert isinstance(agent, ACTAgent)
+    assert [r["iteration"] for r in again] == [0, 1]
+    agent = load_agent(str(tmp_path / "tpo"))  # OUT/pretrained_model: the iteration the run returns
+    assert isinstance(agent, ACTAgent) and agent.path == tmp_path / "tpo" / "pretrained_model"
+    chosen = selected_iteration(log, "best")
+    assert agent.meta["tpo_selected"]["iteration"] == chosen and agent.meta["iteration"] == chosen
+    weights = ACTAgent(out if chosen == 0 else latest_checkpoint(tmp_path / "tpo")).policy.state_dict()
+    for k, v in agent.policy.state_dict().items():
+        torch.testing.assert_close(v, weights[k])
     with pytest.raises(ValueError, match="sim id"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
     with pytest.raises(ValueError, match="does not read estimated object poses"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "t3"),
                             pose_estimator=str(tmp_path)))
+
+
+def test_tpo_returns_the_best_sim_evaluation_ties_to_the_earlier_iteration():
+    log = [{"iteration": 0, "eval_success_rate": 0.8}, {"iteration": 1, "eval_success_rate": 0.6},
+           {"iteration": 2, "eval_success_rate": 0.9}, {"iteration": 3, "eval_success_rate": 0.9}]
+    assert selected_iteration(log, "best") == 2
+    assert selected_iteration(log[:2], "best") == 0  # the reference stays when TPO made it worse
+    assert selected_iteration(log, "last") == 3
+    assert selected_iteration([{"iteration": 1}, {"iteration": 2}], "best") == 2  # nothing evaluated: the last
+    assert selected_iteration([], "best") is None
+    with pytest.raises(ValueError, match="select"):
+        selected_iteration(log, "first")
 
 
 def test_sb3_model_loads_as_agent_and_evaluates(tmp_path):

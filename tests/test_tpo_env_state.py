@@ -107,10 +107,10 @@ def test_rollout_stores_the_estimate_the_policy_saw_and_the_loss_uses_it(pose_po
 def test_tpo_on_an_env_state_policy_runs_and_its_checkpoint_evaluates_on_real(pose_policy, tmp_path):
     out, est_dir = pose_policy
     cfg = TPOConfig(policy=str(out), env_id=SIM, out=str(tmp_path / "tpo"), iterations=1, rollouts=2, pairs=1,
-                    epochs=1, max_episode_steps=15, progress=False)
+                    epochs=1, max_episode_steps=15, eval_episodes=1, select="last", progress=False)
     log = train_tpo(cfg)
-    assert len(log) == 1 and log[0]["pairs"] == 1
-    assert math.isfinite(log[0]["loss_first"]) and math.isfinite(log[0]["loss_last"])
+    assert [r["iteration"] for r in log] == [0, 1] and log[1]["pairs"] == 1
+    assert math.isfinite(log[1]["loss_first"]) and math.isfinite(log[1]["loss_last"])
     ckpt = latest_checkpoint(tmp_path / "tpo")
     assert ckpt.name == "000001"
     meta = json.loads((ckpt / "pretrained_model" / POLICY_META).read_text())
@@ -126,7 +126,7 @@ def test_tpo_on_an_env_state_policy_runs_and_its_checkpoint_evaluates_on_real(po
     r = evaluate_policy(str(tmp_path / "tpo"), "EmbodieDreamer-PickCup-Real-v0", 1, 0, max_episode_steps=10,
                         progress=False)
     assert r.episodes == 1 and r.per_episode[0].length == 10
-    assert len(train_tpo(cfg)) == 1  # resumes from its own checkpoint (same estimator check): nothing to do
+    assert len(train_tpo(cfg)) == 2  # resumes from its own checkpoint (same estimator check): nothing to do
 
 
 def test_tpo_estimator_checks_and_override(pose_policy, tmp_path):
@@ -142,13 +142,14 @@ def test_tpo_estimator_checks_and_override(pose_policy, tmp_path):
     meta = json.loads((policy / POLICY_META).read_text())
     meta["pose_estimator"]["path"] = str(other.resolve())
     (policy / POLICY_META).write_text(json.dumps(meta))
-    base = dict(env_id=SIM, iterations=1, rollouts=2, pairs=1, epochs=1, max_episode_steps=10, progress=False)
+    base = dict(env_id=SIM, iterations=1, rollouts=2, pairs=1, epochs=1, max_episode_steps=10, eval_episodes=0,
+                progress=False)
     with pytest.raises(ValueError, match=r"other weights.*--pose-estimator"):
         train_tpo(TPOConfig(policy=str(policy), out=str(tmp_path / "t1"), **base))
     assert not (tmp_path / "t1" / "checkpoints").exists()
 
     log = train_tpo(TPOConfig(policy=str(policy), out=str(tmp_path / "t2"), pose_estimator=str(other), **base))
-    assert len(log) == 1
+    assert [r["iteration"] for r in log] == [1]  # nothing evaluated: no iteration 0, the last one returned
     written = json.loads((latest_checkpoint(tmp_path / "t2") / "pretrained_model" / POLICY_META).read_text())
     assert written["pose_estimator"]["path"] == str(other.resolve())
     assert written["pose_estimator"]["sha256"] == estimator_source(other)["sha256"] != meta["pose_estimator"]["sha256"]
@@ -167,9 +168,14 @@ def test_train_tpo_cli_takes_pose_estimator(pose_policy, tmp_path):
     out, est_dir = pose_policy
     assert main(["train", "tpo", "--policy", str(out), "--env", SIM, "--out", str(tmp_path / "cli"),
                  "--iterations", "1", "--rollouts", "2", "--pairs", "1", "--epochs", "1", "--max-episode-steps", "5",
-                 "--pose-estimator", str(est_dir)]) == 0
-    row = json.loads((tmp_path / "cli" / "tpo_log.jsonl").read_text().splitlines()[0])
-    assert row["iteration"] == 1 and row["rollouts"] == 2
+                 "--pose-estimator", str(est_dir), "--eval-episodes", "2", "--select", "last"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "cli" / "tpo_log.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1] and rows[1]["rollouts"] == 2
+    assert len(rows[0]["eval_successes"]) == len(rows[1]["eval_successes"]) == 2
+    meta = json.loads((tmp_path / "cli" / "pretrained_model" / POLICY_META).read_text())
+    assert meta["tpo_selected"]["iteration"] == 1 and meta["tpo_selected"]["rule"] == "last"
+    with pytest.raises(SystemExit):
+        main(["train", "tpo", "--policy", str(out), "--env", SIM, "--out", str(tmp_path / "bad"), "--select", "first"])
 
 
 def test_a_policy_recorded_at_reset_is_evaluated_at_reset_unless_overridden(pose_policy, tmp_path):
@@ -201,10 +207,13 @@ def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(
     estimate in a trajectory never changes), and the checkpoint names the rule, so eval uses it too."""
     out, _ = pose_policy
     cfg = TPOConfig(policy=str(out), env_id=SIM, out=str(tmp_path / "tpo"), iterations=1, rollouts=2, pairs=1,
-                    epochs=1, max_episode_steps=15, progress=False, pose_update="at_reset")
+                    epochs=1, max_episode_steps=15, progress=False, pose_update="at_reset", eval_episodes=2)
     train_tpo(cfg)
     meta = json.loads((latest_checkpoint(tmp_path / "tpo") / "pretrained_model" / POLICY_META).read_text())
     assert meta["pose_estimator"]["update"] == "at_reset"
+    # the policy the run returns (the reference or iteration 1) is evaluated as it was selected: at reset
+    returned = json.loads((tmp_path / "tpo" / "pretrained_model" / POLICY_META).read_text())
+    assert returned["pose_estimator"]["update"] == "at_reset" and "tpo_selected" in returned
     tuned = load_agent(str(tmp_path / "tpo"))
     env = make_env_for(tuned, SIM, max_episode_steps=15)
     assert env.get_wrapper_attr("update") == "at_reset"

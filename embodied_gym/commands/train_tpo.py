@@ -16,13 +16,19 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from embodied_gym.policies.tpo import TPOConfig, train_tpo
+    from embodied_gym.policies.tpo import TPOConfig, selected_iteration, train_tpo
 
     cfg = configs.from_args(TPOConfig, args, args.config)
     log = train_tpo(cfg)
-    last = log[-1] if log else {}
-    print(f"TPO: {len(log)} iterations; last rollout success {last.get('rollout_success_rate', float('nan')):.0%}, "
-          f"policy: {cfg.out} (eval --policy {cfg.out}; log: {cfg.out}/tpo_log.jsonl, plot: {cfg.out}/tpo.png)")
+    trained = [r for r in log if r["iteration"] > 0]
+    last = trained[-1] if trained else {}
+    chosen = selected_iteration(log, cfg.select)
+    rates = ", ".join(f"{r['iteration']}: {r['eval_success_rate']:.0%}" for r in log if "eval_success_rate" in r)
+    print(f"TPO: {len(trained)} iterations; last rollout success {last.get('rollout_success_rate', float('nan')):.0%}"
+          + (f"; greedy success in the sim by iteration (0: the reference) {rates}" if rates else ""))
+    which = "the reference policy (no iteration did better in the sim)" if chosen == 0 else f"iteration {chosen}"
+    print(f"policy: {cfg.out}, {which} (eval --policy {cfg.out}; log: {cfg.out}/tpo_log.jsonl, plot: "
+          f"{cfg.out}/tpo.png)")
     return 0
 
 

@@ -157,9 +157,13 @@ def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: st
     import embodied_gym
     from embodied_gym.policies.tpo import train_tpo
 
+    from embodied_gym.processes import cpu_count
+
+    # its in-sim evaluations run on as many processes as the stand-in evaluation (evaluate.workers)
     log = train_tpo(replace(cfg.tpo, policy=policy, env_id=embodied_gym.env_id(task), out=str(folder / "tpo"),
                             physics=physics, visaligner=model if cfg.observation == "images" else None,
-                            max_episode_steps=cfg.max_episode_steps, pose_update=_tpo_pose_update(cfg)))
+                            max_episode_steps=cfg.max_episode_steps, pose_update=_tpo_pose_update(cfg),
+                            eval_workers=cfg.evaluate.workers or cpu_count()))
     return {"policy": str(folder / "tpo"), "log": log}
 
 
@@ -352,7 +356,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             gen = stage("generate", {**gen_settings, **robot}, ["perception", "record", "calibrate", "visaligner"],
                         lambda f: stage_generate(cfg, task, f, rec["dataset"], cal["result"], vis.get("model"), estimator))
             act_aligned = stage("act_aligned", asdict(cfg.act), ["generate"], lambda f: stage_act(cfg, f, gen["dataset"]))
-            tpo = stage("tpo", {**asdict(cfg.tpo), "pose_update": _tpo_pose_update(cfg)},
+            tpo_settings = {k: v for k, v in asdict(cfg.tpo).items() if k != "eval_workers"}
+            tpo = stage("tpo", {**tpo_settings, "pose_update": _tpo_pose_update(cfg)},
                         ["act_aligned", "calibrate", "visaligner"],
                         lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
             act_real = wait("act_real", act_real)

@@ -42,15 +42,32 @@ anything it did well. ``sft_weight`` > 0 adds ``sft_weight`` × ACT's L1 loss on
 trajectories (normalised units), the negative-log-likelihood anchor of RPO (Pang et al. 2024,
 "Iterative Reasoning Preference Optimization"). The default, 0, is the paper's loss.
 
-Outputs in ``out``: ``checkpoints/<iteration>/`` (a loadable policy, as ``train act`` writes),
-``tpo_log.jsonl`` (per iteration: scores, rollout success, loss, optional greedy evaluation) and
-``tpo.png``. A rerun with the same ``out`` resumes after the last finished iteration.
+**Which iteration it returns (not in the paper, whose loop repeats "until it converges").** The
+preference loss saturates within a few epochs (a trajectory's log-likelihood sums 14 action
+dimensions over every step, so margins reach hundreds of nats) and the remaining updates can move the
+policy far from π_ref, for better or worse. With ``select = "best"`` (the default) and
+``eval_episodes`` > 0, π_ref and every iteration's checkpoint are evaluated greedily in the same sim
+env (calibrated physics, VisAligner, pose estimate; exactly what ``embodied-gym eval`` runs on that
+checkpoint, with ``eval_temporal_ensemble`` as deployed, on the seeds ``eval_seed``, ``eval_seed`` + 1,
+...: never the rollouts' seeds), and the policy the run returns is the one with the highest success
+rate, ties going to the earlier iteration (π_ref counts as iteration 0, so TPO never returns a
+policy worse in the sim than the one it started from, up to the evaluation's noise). The sampled
+rollouts' success is not used for this: it measures the noisy policy. ``select = "last"`` returns
+the last iteration, as the paper's loop does.
+
+Outputs in ``out``: ``pretrained_model/`` (the policy the run returns, which ``eval --policy OUT``
+loads; its ``embodied_gym_policy.json`` says which iteration it is under ``tpo_selected``),
+``checkpoints/<iteration>/`` (every iteration, loadable, with the state to resume),
+``tpo_log.jsonl`` (per iteration: scores, rollout success, loss, the greedy evaluation with each
+episode's success; iteration 0 is π_ref's evaluation) and ``tpo.png``. A rerun with the same ``out``
+resumes after the last finished iteration.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -63,6 +80,7 @@ from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import setting
 from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, make_optimizer, save_checkpoint
+from embodied_gym.policies.act.checkpoints import MODEL_DIR
 from embodied_gym.policies.scoring import target_distance, trajectory_score
 
 
@@ -91,7 +109,19 @@ class TPOConfig:
     visaligner: str | None = setting(None, help="VisAligner model folder (observations rendered photoreal)")
     visaligner_steps: int | None = setting(None, help="denoising steps per generated frame (default: the model's)")
     seed: int = setting(0, help="seed of the rollouts and the pair sampler")
-    eval_episodes: int = setting(0, help="greedy evaluation episodes after each iteration")
+    eval_episodes: int = setting(50, help="greedy evaluation episodes in the sim env (as `eval` runs a checkpoint) of "
+                                          "the reference policy and of every iteration; 0: none (and select is "
+                                          "then 'last')")
+    eval_seed: int = setting(10_000, help="evaluation episode i is reset with eval_seed + i (the rollouts use seed + "
+                                          "1000 k + i)")
+    eval_temporal_ensemble: float | None = setting(None, metavar="COEFF",
+                                                   help="ACT temporal ensembling in the evaluation, as the policy is "
+                                                        "deployed (`eval --temporal-ensemble`; default: the "
+                                                        "policy's own setting)")
+    eval_workers: int = setting(1, help="processes that run the evaluation episodes (results do not change)")
+    select: str = setting("best", choices=("best", "last"),
+                          help="the policy the run returns (OUT/pretrained_model): the best greedy evaluation in the "
+                               "sim, the reference included, ties to the earlier iteration; or the last iteration")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
     device: str = setting("cpu", help="torch device of the policy (rollouts and updates) and of VisAligner's "
                                       "frames: cpu or cuda")
@@ -306,9 +336,13 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     from lerobot.optim.optimizers import load_optimizer_state
 
     import embodied_gym
-    from embodied_gym.policies.evaluate import evaluate
+    from embodied_gym.policies.act.checkpoints import resolve_pretrained_dir
+    from embodied_gym.policies.evaluate import evaluate_policy
     from embodied_gym.policies.loading import ACTAgent, make_env_for
 
+    if cfg.eval_episodes < 0 or cfg.eval_workers < 1:
+        raise ValueError(f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and "
+                         f"{cfg.eval_workers}")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     env_id = embodied_gym.parse_env_id(cfg.env_id)
@@ -319,7 +353,7 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "tpo_log.jsonl"
     log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
-    store = CheckpointStore(out, unit="iteration")
+    store = CheckpointStore(out, unit="iteration", keep=max(2, cfg.iterations))  # every iteration stays loadable
     latest = store.latest()
     last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
     log = [row for row in log if row["iteration"] <= start_iter]
@@ -352,6 +386,20 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     likelihood = ACTLikelihood(policy, agent.pre, cfg.laplace_scale)
     ref_likelihood = ACTLikelihood(reference, agent.pre, cfg.laplace_scale)
     noise = cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise
+
+    def evaluate_in_sim(policy_dir: Path) -> dict:
+        """The greedy evaluation of one policy folder, as `eval` runs it in TPO's sim env."""
+        r = evaluate_policy(str(policy_dir), cfg.env_id, cfg.eval_episodes, seed=cfg.eval_seed, physics=cfg.physics,
+                            visaligner=cfg.visaligner, temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
+                            pose_estimator=estimator, pose_update=cfg.pose_update,
+                            max_episode_steps=cfg.max_episode_steps, workers=cfg.eval_workers, progress=cfg.progress)
+        return {"eval_success_rate": r.success_rate, "eval_ci95": list(r.ci95), "eval_seed": cfg.eval_seed,
+                "eval_successes": [bool(e.success) for e in r.per_episode]}
+
+    reference_dir = resolve_pretrained_dir(cfg.policy)
+    if cfg.eval_episodes and not any(row["iteration"] == 0 for row in log):
+        log.insert(0, {"iteration": 0, "reference": str(reference_dir), **evaluate_in_sim(reference_dir)})
+        atomic.write_text(log_path, "".join(json.dumps(r_) + "\n" for r_ in log))
 
     try:
         for it in range(start_iter, cfg.iterations):
@@ -402,22 +450,56 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                 "margin_last": margins[-1] if margins else None,
                 "rollout_time_s": t_roll, "train_time_s": time.time() - t0 - t_roll,
             }
+            saved = save_checkpoint(store, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
             if cfg.eval_episodes:
-                policy.eval()
-                r = evaluate(agent, env, cfg.eval_episodes, seed=10_000, env_id=cfg.env_id, progress=cfg.progress)
-                row.update(eval_success_rate=r.success_rate, eval_ci95=list(r.ci95))
-            save_checkpoint(store, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
+                row.update(evaluate_in_sim(saved / MODEL_DIR))
             log.append(row)
             atomic.write_text(log_path, "".join(json.dumps(r_) + "\n" for r_ in log))
-            plot_tpo_log(log, out / "tpo.png")
+            plot_tpo_log(log, out / "tpo.png", cfg.select)
     finally:
         env.close()
+    _write_selected(out, store, log, cfg, reference_dir, meta)
     return log
 
 
-def plot_tpo_log(log: list[dict], png: Path) -> None:
-    """Score distribution (box per iteration) and success rate per iteration."""
-    if not log:
+def selected_iteration(log: list[dict], rule: str = "best") -> int | None:
+    """The iteration a TPO run returns: with ``rule`` "best", the highest greedy success rate among the
+    rows that have one (iteration 0: the reference policy), ties to the earlier iteration; with
+    "last", or when no row was evaluated, the last iteration (None when there is none)."""
+    if rule not in ("best", "last"):
+        raise ValueError(f"select must be 'best' or 'last', got {rule!r}")
+    evaluated = [r for r in log if "eval_success_rate" in r]
+    if rule == "best" and evaluated:
+        return max(evaluated, key=lambda r: (r["eval_success_rate"], -r["iteration"]))["iteration"]
+    done = [r["iteration"] for r in log if r["iteration"] > 0]
+    return max(done) if done else None
+
+
+def _write_selected(out: Path, store: CheckpointStore, log: list[dict], cfg: TPOConfig, reference_dir: Path,
+                    meta: dict) -> None:
+    """Write ``out/pretrained_model``: the policy :func:`selected_iteration` picks (π_ref's weights
+    with TPO's metadata for iteration 0), atomically."""
+    it = selected_iteration(log, cfg.select)
+    if it is None:
+        return
+    source = reference_dir if it == 0 else store.root / f"{it:06d}" / MODEL_DIR
+    row = next(r for r in log if r["iteration"] == it)
+    about = {"iteration": it, "rule": cfg.select if "eval_success_rate" in row else "last",
+             "eval_success_rate": row.get("eval_success_rate"), "eval_episodes": cfg.eval_episodes,
+             "candidates": {str(r["iteration"]): r["eval_success_rate"] for r in log if "eval_success_rate" in r}}
+    written = json.loads((source / POLICY_META).read_text()) if it else dict(meta, iteration=0)
+    with atomic.atomic_dir(out / MODEL_DIR) as tmp:
+        for f in source.iterdir():
+            if f.is_file() and f.name != POLICY_META:
+                shutil.copy2(f, tmp / f.name)
+        (tmp / POLICY_META).write_text(json.dumps(dict(written, tpo_selected=about), indent=2))
+
+
+def plot_tpo_log(log: list[dict], png: Path, select: str = "best") -> None:
+    """Score distribution (box per iteration) and success rate per iteration: the sampled rollouts and
+    the greedy evaluation (iteration 0: the reference policy), the returned iteration marked."""
+    trained = [r for r in log if r["iteration"] > 0]
+    if not trained:
         return
     import matplotlib
 
@@ -425,19 +507,23 @@ def plot_tpo_log(log: list[dict], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    its = [r["iteration"] for r in log]
-    a1.boxplot([r["scores"] for r in log], positions=its)
-    a1.set_xlabel("iteration")
+    its = [r["iteration"] for r in trained]
+    a1.boxplot([r["scores"] for r in trained], positions=its)
+    a1.set_xlabel("iteration (rollouts of the policy before its update)")
     a1.set_ylabel("trajectory score (success + exp(-d/5cm))")
     a1.set_title("rollout scores")
-    a2.plot(its, [r["rollout_success_rate"] for r in log], "o-", label="rollouts (sampled)")
-    if any("eval_success_rate" in r for r in log):
-        ev = [(r["iteration"], r["eval_success_rate"]) for r in log if "eval_success_rate" in r]
-        a2.plot(*zip(*ev), "s-", label="greedy evaluation")
+    a2.plot(its, [r["rollout_success_rate"] for r in trained], "o-", label="rollouts (sampled, before the update)")
+    ev = [(r["iteration"], r["eval_success_rate"]) for r in log if "eval_success_rate" in r]
+    if ev:
+        a2.plot(*zip(*ev), "s-", label="greedy evaluation (after the update; 0: reference)")
+        chosen = selected_iteration(log, select)
+        rate = dict(ev).get(chosen)
+        if rate is not None:
+            a2.plot([chosen], [rate], "*", ms=16, color="tab:red", label=f"returned: iteration {chosen}")
     a2.set_ylim(-0.02, 1.02)
     a2.set_xlabel("iteration")
-    a2.set_ylabel("success rate")
-    a2.legend()
+    a2.set_ylabel("success rate in the sim")
+    a2.legend(fontsize=8)
     a2.set_title("success")
     fig.tight_layout()
     atomic.save_figure(fig, png)
