@@ -240,6 +240,7 @@ def main() -> None:
     p.add_argument("--tpo-select", choices=("best", "last"), default="best",
                    help="row (d): the iteration TPO returns (TPOConfig.select): the best of those evaluations, or "
                         "the last")
+    p.add_argument("--tpo-seed", type=int, default=0, help="row (d): TPO's seed (rollouts, pair sampler)")
     p.add_argument("--tpo-curve", action="store_true",
                    help="row (d): also evaluate every TPO iteration on the stand-in (the same seeds as the rows: "
                         "does the in-sim choice predict the stand-in?)")
@@ -323,7 +324,7 @@ def main() -> None:
                                       rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
                                       num_threads=args.threads, eval_episodes=args.tpo_eval_episodes,
                                       eval_temporal_ensemble=args.temporal_ensemble, eval_workers=args.eval_workers,
-                                      select=args.tpo_select,
+                                      select=args.tpo_select, seed=args.tpo_seed,
                                       pose_update=args.tpo_pose_update or args.eval_pose_update))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log if r["iteration"] > 0)
             named = "d" if args.tpo_out == "tpo_d" else args.tpo_out
@@ -342,7 +343,7 @@ def main() -> None:
                                      "sft_weight": args.tpo_sft_weight,
                                      "pose_update": args.tpo_pose_update or args.eval_pose_update,
                                      "rollout_success": [r["rollout_success_rate"] for r in log if r["iteration"] > 0],
-                                     "select": args.tpo_select,
+                                     "select": args.tpo_select, "seed": args.tpo_seed,
                                      "selected_iteration": selected_iteration(log, args.tpo_select),
                                      "sim_eval": {str(r["iteration"]): r["eval_success_rate"] for r in log
                                                   if "eval_success_rate" in r},

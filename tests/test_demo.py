@@ -51,6 +51,10 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
     assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
     assert "exact McNemar" in report
+    # TPO's stage evaluated the aligned-sim policy and its iteration in the sim, and says which it returned
+    tpo_log = stages["tpo"]["outputs"]["log"]
+    assert [r["iteration"] for r in tpo_log] == [0, 1] and all("eval_success_rate" in r for r in tpo_log)
+    assert "TPO returned" in report and "greedy success in the calibrated sim" in report
     # act_real trained in a background process (background_act_real, the default), its output in a log
     assert stages["act_real"]["background"] and not stages["act_aligned"]["background"]
     assert "train act" in (smoke_run / "act_real" / "stage.log").read_text()

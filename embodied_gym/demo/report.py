@@ -100,6 +100,23 @@ def _latest(folder: str | Path, pattern: str) -> Path | None:
     return found[-1] if found else None
 
 
+def _tpo_choice(tpo: dict, config: dict) -> str:
+    """A sentence on which policy the TPO stage returned, from its log (empty without one)."""
+    from embodied_gym.policies.tpo import selected_iteration
+
+    log = tpo.get("log") or []
+    rule = (config.get("tpo") or {}).get("select", "best")
+    rates = {r["iteration"]: r["eval_success_rate"] for r in log if "eval_success_rate" in r}
+    chosen = selected_iteration(log, rule) if log else None
+    if chosen is None or not rates:
+        return ""
+    listed = ", ".join(f"{'the aligned-sim policy' if i == 0 else f'iteration {i}'} {r:.0%}" for i, r in rates.items())
+    which = ("the aligned-sim policy itself (no TPO iteration did better there)" if chosen == 0
+             else f"TPO iteration {chosen}")
+    return (f"<p>TPO returned {which}: greedy success in the calibrated sim, the choice's measure, {listed} "
+            f"({html.escape(str(rule))} of them; ties go to the earlier).</p>")
+
+
 def write_report(summary: dict, path: str | os.PathLike) -> Path:
     path = Path(path)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>embodied-gym demo</title><style>",
@@ -169,6 +186,7 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
                              f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
                              f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>")
             parts.append("</table>")
+        parts.append(_tpo_choice(st.get("tpo", {}).get("outputs", {}), summary["config"]))
         videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
         parts.append("<p>" + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>"
                                       for n, v in videos if v is not None) + "</p>")
