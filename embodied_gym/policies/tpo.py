@@ -389,12 +389,13 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
 
     def evaluate_in_sim(policy_dir: Path) -> dict:
         """The greedy evaluation of one policy folder, as `eval` runs it in TPO's sim env."""
+        t_eval = time.time()
         r = evaluate_policy(str(policy_dir), cfg.env_id, cfg.eval_episodes, seed=cfg.eval_seed, physics=cfg.physics,
                             visaligner=cfg.visaligner, temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
                             pose_estimator=estimator, pose_update=cfg.pose_update,
                             max_episode_steps=cfg.max_episode_steps, workers=cfg.eval_workers, progress=cfg.progress)
         return {"eval_success_rate": r.success_rate, "eval_ci95": list(r.ci95), "eval_seed": cfg.eval_seed,
-                "eval_successes": [bool(e.success) for e in r.per_episode]}
+                "eval_successes": [bool(e.success) for e in r.per_episode], "eval_time_s": time.time() - t_eval}
 
     reference_dir = resolve_pretrained_dir(cfg.policy)
     if cfg.eval_episodes and not any(row["iteration"] == 0 for row in log):
