@@ -328,15 +328,20 @@ def main() -> None:
                                       pose_update=args.tpo_pose_update or args.eval_pose_update))
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log if r["iteration"] > 0)
             named = "d" if args.tpo_out == "tpo_d" else args.tpo_out
-            ev = _eval(tpo_out, real, out / f"eval_{named}{tag}.json", args)
-            curve = {}
+            chosen = selected_iteration(log, args.tpo_select)
+            by_iteration = {}
             if args.tpo_curve:  # every iteration on the stand-in; iteration 0 is row (c) itself
                 for r in log:
                     it = r["iteration"]
-                    e = (_eval(out / "act_c", real, out / f"eval_c{tag}.json", args) if it == 0 else
-                         _eval(tpo_out / "checkpoints" / f"{it:06d}", real, out / f"eval_{named}_iteration{it}{tag}.json",
-                               args))
-                    curve[str(it)] = e["success_rate"]
+                    by_iteration[it] = (
+                        _eval(out / "act_c", real, out / f"eval_c{tag}.json", args) if it == 0 else
+                        _eval(tpo_out / "checkpoints" / f"{it:06d}", real, out / f"eval_{named}_iteration{it}{tag}.json",
+                              args))
+            # a returned iteration > 0 is that checkpoint (weights and observation): its curve evaluation is row
+            # (d)'s; the reference (row c's folder) may name another pose update than TPO's copy of it
+            ev = (by_iteration.get(chosen) if chosen else None) or _eval(tpo_out, real, out / f"eval_{named}{tag}.json",
+                                                                       args)
+            curve = {str(it): e["success_rate"] for it, e in by_iteration.items()}
             results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
                                 tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
                                      "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
@@ -344,7 +349,7 @@ def main() -> None:
                                      "pose_update": args.tpo_pose_update or args.eval_pose_update,
                                      "rollout_success": [r["rollout_success_rate"] for r in log if r["iteration"] > 0],
                                      "select": args.tpo_select, "seed": args.tpo_seed,
-                                     "selected_iteration": selected_iteration(log, args.tpo_select),
+                                     "selected_iteration": chosen,
                                      "sim_eval": {str(r["iteration"]): r["eval_success_rate"] for r in log
                                                   if "eval_success_rate" in r},
                                      "standin_by_iteration": curve})

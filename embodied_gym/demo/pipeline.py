@@ -156,7 +156,6 @@ def stage_act(cfg: DemoConfig, folder: Path, dataset: str) -> dict:
 def stage_tpo(cfg: DemoConfig, task: str, folder: Path, policy: str, physics: str, model: str) -> dict:
     import embodied_gym
     from embodied_gym.policies.tpo import train_tpo
-
     from embodied_gym.processes import cpu_count
 
     # its in-sim evaluations run on as many processes as the stand-in evaluation (evaluate.workers)

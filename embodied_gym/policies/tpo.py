@@ -336,7 +336,6 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     from lerobot.optim.optimizers import load_optimizer_state
 
     import embodied_gym
-    from embodied_gym.policies.act.checkpoints import resolve_pretrained_dir
     from embodied_gym.policies.evaluate import evaluate_policy
     from embodied_gym.policies.loading import ACTAgent, make_env_for
 
@@ -360,7 +359,8 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
 
     agent = ACTAgent(last if last else cfg.policy, device=cfg.device)
     estimator = _estimator_for_tpo(agent, cfg)
-    reference = ACTAgent(cfg.policy, device=cfg.device).policy  # π_ref: the starting policy, frozen
+    reference_agent = ACTAgent(cfg.policy, device=cfg.device)  # π_ref: the starting policy, frozen
+    reference_dir, reference = reference_agent.path, reference_agent.policy
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
@@ -397,10 +397,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         return {"eval_success_rate": r.success_rate, "eval_ci95": list(r.ci95), "eval_seed": cfg.eval_seed,
                 "eval_successes": [bool(e.success) for e in r.per_episode], "eval_time_s": time.time() - t_eval}
 
-    reference_dir = resolve_pretrained_dir(cfg.policy)
     if cfg.eval_episodes and not any(row["iteration"] == 0 for row in log):
         log.insert(0, {"iteration": 0, "reference": str(reference_dir), **evaluate_in_sim(reference_dir)})
-        atomic.write_text(log_path, "".join(json.dumps(r_) + "\n" for r_ in log))
+        _write_log(log_path, log)
 
     try:
         for it in range(start_iter, cfg.iterations):
@@ -455,12 +454,17 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             if cfg.eval_episodes:
                 row.update(evaluate_in_sim(saved / MODEL_DIR))
             log.append(row)
-            atomic.write_text(log_path, "".join(json.dumps(r_) + "\n" for r_ in log))
+            _write_log(log_path, log)
             plot_tpo_log(log, out / "tpo.png", cfg.select)
     finally:
         env.close()
     _write_selected(out, store, log, cfg, reference_dir, meta)
     return log
+
+
+def _write_log(path: Path, log: list[dict]) -> None:
+    """``tpo_log.jsonl``: one JSON row per line, written atomically."""
+    atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in log))
 
 
 def selected_iteration(log: list[dict], rule: str = "best") -> int | None:
