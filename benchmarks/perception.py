@@ -5,12 +5,23 @@
 
 Trains a pose estimator (embodied_gym.perception) on raw renders of scripted-expert episodes in the
 nominal sim (without augmentation, with photometric augmentation, and on domain-randomised scene
-looks with augmentation: ``--variants``), and reports per object the
+looks with augmentation: ``--variants``; on the same episodes as a trained VisAligner shows them,
+with augmentation: ``--visaligner NAME=MODEL``), and reports per object the
 horizontal position error (cm), the height error (cm) and the yaw error (deg) on held-out sim
 episodes and on stand-in episodes (ground truth from the stand-in's ``info["object_poses"]``, as a
 motion-capture system would report it: evaluation only). The stand-in figure is the visual gap
-VisAligner (arXiv 2507.05198, section 3.2) has to close; add a model trained on VisAligner frames
-with ``measure_visual_gap(train_sets=...)``. Resumable: rerun the same command after an interruption.
+VisAligner (arXiv 2507.05198, section 3.2) has to close. Resumable: rerun the same command after an
+interruption.
+
+VisAligner frames (BENCHMARKS.md, "Perception on VisAligner frames"): models trained by
+``benchmarks/visaligner.py --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128`` (the
+estimator's crop, where the cup is about 9 px wide), the reference frame a stand-in recording's first:
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/perception.py --out runs/bench/perception_visaligner \
+        --input-size 80 128 --layouts-per-episode 0 --variants raw,raw_augmented \
+        --visaligner full=runs/bench/visaligner_crop/full/model \
+        --visaligner nomask=runs/bench/visaligner_crop/nomask/model \
+        --reference runs/bench/visaligner_crop/standin_pickcup
 """
 
 from __future__ import annotations
@@ -44,9 +55,19 @@ def main():
     p.add_argument("--variants", default="raw,raw_augmented,randomized",
                    help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
                         "augmentation), randomized (domain-randomised scene looks + augmentation)")
+    p.add_argument("--robot-config", help="the stand-in world whose frames the models are evaluated on "
+                                          "(a robot config YAML; default the shipped one)")
+    p.add_argument("--input-size", nargs=2, type=int, metavar=("H", "W"),
+                   help="the network input the crop is resized to (default PoseEstimatorConfig's)")
+    p.add_argument("--visaligner", action="append", default=[], metavar="NAME=MODEL",
+                   help="also train on the sim episodes as this VisAligner model shows them (repeatable); the "
+                        "model's frame stride must be --frame-stride")
+    p.add_argument("--reference", help="with --visaligner: the real frame every episode starts from (an image, "
+                                       "or a recorded dataset: its first frame)")
+    p.add_argument("--visaligner-steps", type=int, default=10, help="VisAligner denoising steps")
     args = p.parse_args()
 
-    config = PoseEstimatorConfig(task=args.task)
+    config = PoseEstimatorConfig(task=args.task, **({"input_size": tuple(args.input_size)} if args.input_size else {}))
     t0 = time.perf_counter()
     sim_train = os.path.join(args.out, "frames", "sim_train")
     randomized = os.path.join(args.out, "frames", "sim_train_randomized")
@@ -55,6 +76,31 @@ def main():
     unknown = [v for v in variants if v not in sets]
     if unknown:
         p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+    models = {}
+    for spec in args.visaligner:
+        name, _, model = spec.partition("=")
+        if not name or not model:
+            p.error(f"--visaligner {spec!r}: expected NAME=MODEL_FOLDER")
+        models[f"visaligner_{name}"] = model
+    if models and not args.reference:
+        p.error("--visaligner needs --reference (a real camera frame or a recorded dataset)")
+    for name, model in models.items():
+        import json
+
+        stride = json.loads(open(os.path.join(model, "model_index.json")).read())["frame_stride"]
+        if stride != args.frame_stride:
+            p.error(f"--visaligner {model} generates every {stride}th step; pass --frame-stride {stride}")
+        from embodied_gym.visaligner.generate import reference_image
+        from embodied_gym.perception.data import generate_visaligner_frames
+
+        reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
+        folder = os.path.join(args.out, "frames", f"sim_train_{name}")
+        t = time.perf_counter()
+        generate_visaligner_frames(folder, config, range(args.sim_episodes), model, str(reference),
+                                   num_inference_steps=args.visaligner_steps)
+        print(f"{name}: frames in {time.perf_counter() - t:.0f} s (0 when resumed)", flush=True)
+        sets[name] = [folder]
+        variants.append(name)
     if {"raw", "raw_augmented"} & set(variants):
         generate_frames(sim_train, config, range(args.sim_episodes), frame_stride=args.frame_stride,
                         layouts_per_episode=args.layouts_per_episode)
@@ -69,7 +115,8 @@ def main():
         r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
                                val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,
                                frame_stride=args.frame_stride, train=train,
-                               layouts_per_episode=args.layouts_per_episode)
+                               layouts_per_episode=args.layouts_per_episode,
+                               standin_kwargs={"robot_config": args.robot_config} if args.robot_config else None)
         results.setdefault("frames", r["frames"])
         results.setdefault("centre_baseline", r["centre_baseline"])
         results.setdefault("models", {}).update(r["models"])

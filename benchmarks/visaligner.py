@@ -50,6 +50,18 @@ def dilate(masks: np.ndarray, r: int = 2) -> np.ndarray:
     return np.stack([cv2.dilate(m.astype(np.uint8), k).astype(bool) for m in masks])
 
 
+def at_size(ep, size):
+    """A paired episode resized to ``size`` (H, W): area for frames, nearest for masks."""
+    import cv2
+
+    from embodied_gym.visaligner.paired import PairedEpisode
+
+    h, w = size
+    img = lambda v: np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in v])
+    msk = lambda v: np.stack([cv2.resize(m.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) for m in v]).astype(bool)
+    return PairedEpisode(ep.index, img(ep.real), img(ep.sim), msk(ep.sim_mask), msk(ep.real_mask))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench/visaligner")
@@ -57,7 +69,11 @@ def main() -> int:
                                       "recorded when missing)")
     ap.add_argument("--train-episodes", type=int, default=40)
     ap.add_argument("--heldout-episodes", type=int, default=10)
-    ap.add_argument("--image-size", nargs=2, type=int, default=[64, 80])
+    ap.add_argument("--image-size", nargs=2, type=int, default=[64, 80], help="the model's frame size")
+    ap.add_argument("--crop", nargs=4, type=float, metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+                    help="train and evaluate on this region of the recorded frames (fractions; visaligner train "
+                         "--crop), e.g. 0.3 0.2 0.8 0.8 with --record-size 240 320 --image-size 80 128")
+    ap.add_argument("--record-size", nargs=2, type=int, help="recorded frame size (default --image-size)")
     ap.add_argument("--vae-steps", type=int, default=200)
     ap.add_argument("--steps", type=int, default=400, help="denoiser steps per model")
     ap.add_argument("--batch-size", type=int, default=4)
@@ -72,7 +88,7 @@ def main() -> int:
     torch.set_num_threads(1)  # one thread per process is fastest on a shared 2-core machine
     from embodied_gym.visaligner import metrics as M
     from embodied_gym.visaligner.conditioning import condition_video
-    from embodied_gym.visaligner.paired import paired_episodes_cached
+    from embodied_gym.visaligner.paired import crop_paired, load_paired, paired_episodes_cached
     from embodied_gym.visaligner.pipeline import VisAlignerPipeline
     from embodied_gym.visaligner.train import save_png
 
@@ -88,21 +104,24 @@ def main() -> int:
     t0 = time.time()
     if not (dataset / "meta" / "info.json").exists():
         wait([run(env_cli + ["record", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", str(n_train + n_eval),
-                             "--cameras", "cam_high", "--image-size", *map(str, args.image_size), "--out",
+                             "--cameras", "cam_high", "--image-size", *map(str, args.record_size or args.image_size),
+                             "--workers", "2", "--out",
                              str(dataset)], out / "record.log")])
     timings["record_s"] = time.time() - t0
     train_eps = list(range(n_train))
     eval_eps = list(range(n_train, n_train + n_eval))
 
     # 2. models: the full one first (it trains the shared VAE), then full and no-mask in parallel
-    common = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny", "--threads", "1",
+    common = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny",
               "--image-size", *map(str, args.image_size), "--vae-steps", str(args.vae_steps),
               "--batch-size", str(args.batch_size), "--sample-every", "200", "--checkpoint-every", "50",
-              "--episodes", *map(str, train_eps)]
+              "--episodes", *map(str, train_eps)] + (["--crop", *map(str, args.crop)] if args.crop else [])
     full, nomask = out / "full", out / "nomask"
     t0 = time.time()
     if not (full / "vae" / "config.json").exists():
-        wait([run(env_cli + common + ["--out", str(full), "--steps", "0"], out / "train_vae.log")])
+        # the VAE trains alone: every core; the two denoisers then train side by side, one thread each
+        wait([run(env_cli + common + ["--out", str(full), "--steps", "0", "--threads", str(os.cpu_count() or 1)],
+                  out / "train_vae.log")])
     timings["paired_and_vae_s"] = time.time() - t0
     nomask.mkdir(exist_ok=True)
     for name in ("vae", "paired.npz", "vae_loss.json"):
@@ -114,7 +133,7 @@ def main() -> int:
     for d, extra in ((full, []), (nomask, ["--no-masks"])):
         state = d / "checkpoint" / "trainer_state.json"
         if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
-            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps)] + extra,
+            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", "1"] + extra,
                              out / f"train_{d.name}.log"))
     wait(procs)
     timings["train_both_models_parallel_s"] = time.time() - t0
@@ -124,7 +143,9 @@ def main() -> int:
     pipe_nomask = VisAlignerPipeline.from_pretrained(nomask / "model")
     stride = pipe_full.config.frame_stride
     held = paired_episodes_cached(dataset, out / "paired_heldout.npz", "cam_high", episodes=eval_eps)
-    trained, _ = __import__("embodied_gym.visaligner.paired", fromlist=["load_paired"]).load_paired(full / "paired.npz")
+    trained, _ = load_paired(full / "paired.npz")
+    if args.crop:  # the model's region, cut as training cut it, measured at the model's size
+        held, trained = ([at_size(crop_paired(e, args.crop), args.image_size) for e in eps] for eps in (held, trained))
     net_path = out / "fd_local3d.safetensors"
     t0 = time.time()
     if not net_path.exists():
@@ -184,7 +205,8 @@ def main() -> int:
 
     result = {"rows": rows, "row_order_in_figure": [n for n, _ in grid_rows], "figure_frames": cols.tolist(),
               "train_episodes": train_eps, "heldout_episodes": eval_eps, "frame_stride": stride,
-              "sample_steps": args.sample_steps, "denoiser_steps": args.steps, "vae_steps": args.vae_steps,
+              "sample_steps": args.sample_steps, "crop": args.crop, "image_size": args.image_size,
+              "record_size": args.record_size or args.image_size, "denoiser_steps": args.steps, "vae_steps": args.vae_steps,
               "batch_size": args.batch_size, "fd_local3d_net": local3d_info, "timings_s": timings,
               "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                           "torch_threads": torch.get_num_threads()},

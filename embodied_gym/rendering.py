@@ -13,6 +13,9 @@ already rendered (multiprocessing's ``fork`` start method, the default on Linux 
 therefore gets :class:`ForkedGLContextError` on its first frame, saying what to pass instead
 (``vector_kwargs={"context": "spawn"}``); ``spawn`` and ``forkserver`` workers (SB3's
 ``SubprocVecEnv`` default) start clean and render normally.
+
+:func:`crop_box` and :func:`crop_frames` cut a region (fractions of the frame) out of rendered
+frames, by the one rule the pose estimator and a VisAligner model trained on a crop share.
 """
 
 from __future__ import annotations
@@ -130,3 +133,31 @@ def make_renderer(model, height: int, width: int):
         return renderer
     except Exception as e:  # mujoco raises several types depending on the backend
         raise RuntimeError(_HELP.format(err=f"{type(e).__name__}: {e}; MUJOCO_GL={os.environ.get('MUJOCO_GL')}")) from e
+
+
+def crop_box(frame_shape, crop) -> tuple[int, int, int, int]:
+    """Pixel ``(top, left, bottom, right)`` of the region ``crop`` (``(top, left, bottom, right)`` as
+    fractions of the frame) in a frame of ``frame_shape`` ``(H, W, ...)``.
+
+    One rule for every part that works on a region of a camera frame (the pose estimator's input,
+    VisAligner trained on the table region), so that they cut the same pixels out of the same frame.
+    """
+    h, w = int(frame_shape[0]), int(frame_shape[1])
+    t, l, b, r = (float(v) for v in crop)
+    if not (0 <= t < b <= 1 and 0 <= l < r <= 1):
+        raise ValueError(f"crop must be (top, left, bottom, right) fractions with 0 <= top < bottom <= 1 and "
+                         f"0 <= left < right <= 1, got {tuple(crop)}")
+    return round(t * h), round(l * w), round(b * h), round(r * w)
+
+
+def crop_frames(frames, crop, *, channels: bool = True):
+    """The region ``crop`` (fractions, see :func:`crop_box`) of images ``(..., H, W, C)``, or of masks
+    ``(..., H, W)`` with ``channels=False``."""
+    import numpy as np
+
+    frames = np.asarray(frames)
+    hw = frames.ndim - (3 if channels else 2)
+    if hw < 0:
+        raise ValueError(f"crop_frames: expected (..., H, W{', C' if channels else ''}) arrays, got shape {frames.shape}")
+    t, l, b, r = crop_box(frames.shape[hw:hw + 2], crop)
+    return np.ascontiguousarray(frames[(slice(None),) * hw + (slice(t, b), slice(l, r))])

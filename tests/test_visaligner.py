@@ -438,3 +438,38 @@ def test_metrics_on_known_inputs(tmp_path):
     big = rng.integers(0, 256, (2, 64, 64, 3), dtype=np.uint8)
     assert lp(big, big) == pytest.approx(0, abs=1e-7) and lp(big, 255 - big) > 0
     assert set(lp.sha256) == {"alexnet", "lpips"}
+
+
+def test_crop_model_trains_on_the_region_and_is_refused_where_whole_frames_are_needed(standin_dataset, tmp_path, capsys):
+    """``--crop``: paired frames and masks are cut to the region before training; the model folder
+    records it; render and the wrapper, which replace whole frames, refuse such a model."""
+    from embodied_gym.cli import main
+    from embodied_gym.rendering import crop_box
+    from embodied_gym.visaligner.paired import crop_paired
+    from embodied_gym.wrappers import VisAlignerWrapper
+
+    crop = (0.25, 0.2, 0.75, 0.8)
+    t, l, b, r = crop_box(SIZE, crop)
+    assert (b - t, r - l) == (16, 24)
+    ep = build_paired_episodes(standin_dataset, "cam_high", episodes=[0], progress=False)[0]
+    cut = crop_paired(ep, crop)
+    np.testing.assert_array_equal(cut.real, ep.real[:, t:b, l:r])
+    np.testing.assert_array_equal(cut.sim_mask, ep.sim_mask[:, t:b, l:r])
+    out = tmp_path / "crop"
+    assert main(["visaligner", "train", "--dataset", str(standin_dataset), "--out", str(out), "--image-size", "16", "24",
+                 "--crop", *map(str, crop), "--num-frames", "4", "--frame-stride", "2", "--vae-steps", "2",
+                 "--vae-batch-size", "4", "--steps", "2", "--batch-size", "1", "--sample-every", "2",
+                 "--sample-steps", "1"]) == 0
+    pipe = VisAlignerPipeline.from_pretrained(out / "model")
+    assert tuple(pipe.config.crop) == crop and pipe.reference_image.shape == (16, 24, 3)
+    np.testing.assert_array_equal(pipe.reference_image, ep.real[0, t:b, l:r])
+    assert tuple(json.loads((out / "model" / CONFIG_NAME).read_text())["crop"]) == crop
+    assert main(["visaligner", "render", "--dataset", str(standin_dataset), "--model", str(out / "model"),
+                 "--out", str(tmp_path / "r"), "--episodes", "0", "--num-inference-steps", "1"]) != 0
+    assert "region of the camera frame" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels_state", image_size=SIZE)
+    with pytest.raises(ValueError, match="region of the camera frame"):
+        VisAlignerWrapper(env, pipe)
+    env.close()
+    with pytest.raises(ValueError, match="crop must be"):
+        preset("tiny", crop=(0.5, 0.2, 0.4, 0.8))

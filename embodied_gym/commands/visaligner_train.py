@@ -11,7 +11,7 @@ NAME = "train"
 HELP = "train VisAligner on paired real/sim episodes of a recorded dataset"
 
 # Shortcuts for entries of --model (VisAlignerConfig overrides), spelled as they always were.
-_MODEL_SHORTCUTS = ("image_size", "num_frames", "frame_stride", "mask_source", "pretrained_path")
+_MODEL_SHORTCUTS = ("image_size", "num_frames", "frame_stride", "mask_source", "pretrained_path", "crop")
 
 
 def add_arguments(p) -> None:
@@ -22,6 +22,9 @@ def add_arguments(p) -> None:
     g.add_argument("--pretrained", dest="pretrained_path",
                    help="svd preset: local Stable Video Diffusion folder (diffusers layout); nothing is downloaded")
     g.add_argument("--image-size", nargs=2, type=int, metavar=("H", "W"), help="model frame size (preset's default)")
+    g.add_argument("--crop", nargs=4, type=float, metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+                   help="train on this region of the camera frame (fractions), e.g. 0.3 0.2 0.8 0.8: the table "
+                        "region, where small objects stay several pixels wide at a small --image-size")
     g.add_argument("--num-frames", type=int, help="frames per clip (preset's default)")
     g.add_argument("--frame-stride", type=int, help="recorded steps between clip frames (preset's default)")
     g.add_argument("--no-masks", action="store_true", help="ablation: no object masks in the condition")
@@ -36,7 +39,7 @@ def run(args) -> int:
     for key in _MODEL_SHORTCUTS:
         value = getattr(args, key, None)
         if value is not None:
-            cfg.model[key] = tuple(value) if key == "image_size" else value
+            cfg.model[key] = tuple(value) if key in ("image_size", "crop") else value
     if args.no_masks:
         cfg.model["use_masks"] = False
     if cfg.preset == "svd" and not cfg.model.get("pretrained_path"):

@@ -9,7 +9,8 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
   saved as ``config.json`` + ``model.safetensors``.
 - :func:`generate_frames`, :func:`write_episode`, :func:`load_frames` (data): frames with
   ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
-  domain-randomised scene looks.
+  domain-randomised scene looks; :func:`generate_visaligner_frames`: the same episodes as a trained
+  VisAligner shows them (the aligned simulator's frames).
 - :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate).
 - :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy;
   :class:`GroundTruthPoseWrapper`: the same entry from the simulator's true poses, for recording
@@ -17,14 +18,14 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
 """
 
 from embodied_gym.perception.configuration import PoseEstimatorConfig
-from embodied_gym.perception.data import (Frames, generate_frames, load_frames, per_frame, randomized_look,
-                                          write_episode)
+from embodied_gym.perception.data import (Frames, generate_frames, generate_visaligner_frames, load_frames, per_frame,
+                                          randomized_look, write_episode)
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
 from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
 from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper
 
-__all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "write_episode", "load_frames", "per_frame",
+__all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame",
            "randomized_look",
            "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper",
            "GroundTruthPoseWrapper"]

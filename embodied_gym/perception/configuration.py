@@ -34,6 +34,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from embodied_gym.rendering import crop_box
 from embodied_gym.sim.scene import CAMERAS
 from embodied_gym.sim.tasks import make_task, quat_yaw
 
@@ -184,8 +185,7 @@ class PoseEstimatorConfig:
         if abs(h / w - fh / fw) > 0.02 * fh / fw:
             raise ValueError(f"camera frame {h}x{w} has another aspect ratio than the estimator's frames "
                              f"{fh}x{fw}: make the env with image_size=({fh}, {fw})")
-        t, l, b, r = self.crop
-        box = (round(t * h), round(l * w), round(b * h), round(r * w))
+        box = crop_box((h, w), self.crop)
         ih, iw = self.input_size
         if box[2] - box[0] < ih * 0.98 or box[3] - box[1] < iw * 0.98:
             raise ValueError(f"camera frame {h}x{w} is too small for this estimator: its crop would be "

@@ -187,6 +187,8 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"
     if look is not None:
         source += f"+look:{getattr(look, '__name__', 'look')}"
+    if (env_kwargs or {}).get("robot_config") is not None:  # another stand-in world: other frames
+        source += f"+robot_config:{os.fspath(env_kwargs['robot_config'])}"
     _check_manifest(out, {**config.input_fields(), "source": source})
     todo = [s for s in seeds if not _episode_path(out, s).exists()]
     written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
@@ -240,6 +242,122 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     finally:
         if env is not None:
             env.close()
+    return written
+
+
+def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int],
+                               model: str | os.PathLike, reference: np.ndarray | str | os.PathLike,
+                               env_id: str | None = None, env_kwargs: dict | None = None,
+                               num_inference_steps: int | None = None, batch_episodes: int = 8,
+                               device: str = "cpu", progress: bool = True) -> list[Path]:
+    """Frames of scripted-expert episodes in a sim env as VisAligner shows them: the training data of
+    a pose estimator for the real camera (arXiv 2507.05198, section 3.2: the aligned simulator's frames).
+
+    Each episode (one per seed, the whole time limit, ``terminate_on_success=False``) is rendered with
+    its object masks every ``frame_stride`` steps of the VisAligner model (the frame rate it was
+    trained at), and VisAligner generates the video chunk by chunk from ``reference``; the stored
+    frames are the generated ones, with the sim's poses. Stored steps are those of the render, so
+    frame ``k`` is step ``k * frame_stride``.
+
+    Args:
+        out: the frame folder (resumes: episodes already there are kept).
+        config: the estimator's camera, frame size, crop and objects. A model trained on a crop
+            (``visaligner train --crop``) must have this config's crop; its output is that region.
+        seeds: one episode per seed.
+        model: a VisAligner model folder (``visaligner train``'s ``OUT/model``).
+        reference: a real camera frame (an image file or ``(H, W, 3)`` uint8, the whole frame): the
+            look every episode starts from. It is frame 0 of each generated video and is not stored
+            (its layout is another episode's).
+        env_id: a sim id (default the task's); ``env_kwargs`` more ``gym.make`` arguments (``physics=``).
+        batch_episodes: episodes denoised together (one batch per chunk); the frames do not depend
+            on it (one generator per episode, seeded by its seed).
+        device: the torch device VisAligner runs on.
+
+    Raises:
+        ValueError: a ``-Real-`` env id, or a crop model whose crop is not the estimator's.
+    """
+    import cv2
+    import torch
+    from tqdm.auto import tqdm
+
+    import embodied_gym
+    from embodied_gym.envs.experts import make_expert
+    from embodied_gym.rendering import crop_frames
+    from embodied_gym.visaligner.paired import SimCameraRenderer
+    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+    if batch_episodes < 1:
+        raise ValueError(f"batch_episodes must be >= 1, got {batch_episodes}")
+    out = Path(out)
+    env_id = env_id or embodied_gym.env_id(config.task)
+    if embodied_gym.parse_env_id(env_id).real:
+        raise ValueError(f"generate_visaligner_frames renders a simulator; {env_id} is a robot (use a sim id)")
+    pipe = VisAlignerPipeline.from_pretrained(model).to(device)
+    crop = pipe.config.crop
+    if crop is not None and tuple(crop) != tuple(config.crop):
+        raise ValueError(f"VisAligner model {model} was trained on the crop {tuple(crop)} but the estimator crops "
+                         f"{tuple(config.crop)}: train VisAligner with --crop {' '.join(map(str, config.crop))}")
+    stride = pipe.config.frame_stride
+    if isinstance(reference, (str, os.PathLike)):
+        image = cv2.imread(os.fspath(reference), cv2.IMREAD_COLOR)
+        if image is None:
+            raise FileNotFoundError(f"cannot read the reference image {reference!r} (a PNG/JPEG camera frame)")
+        reference = image[..., ::-1]
+    reference = np.asarray(reference, dtype=np.uint8)
+    fh, fw = config.frame_size
+    if reference.shape[:2] != (fh, fw):
+        reference = cv2.resize(np.ascontiguousarray(reference), (fw, fh), interpolation=cv2.INTER_AREA)
+    cut = (lambda x, **k: crop_frames(x, crop, **k)) if crop is not None else (lambda x, **k: np.asarray(x))
+    ref = cut(reference)
+    source = f"{env_id}:visaligner:{os.path.abspath(model)}"
+    _check_manifest(out, {**config.input_fields(), "source": source})
+    todo = [int(s) for s in seeds if not _episode_path(out, s).exists()]
+    written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
+    if not todo:
+        return written
+    env = gym.make(env_id, obs_type="state", terminate_on_success=False, **(env_kwargs or {}))
+    task = env.unwrapped.task.name
+    if task != config.task:
+        env.close()
+        raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
+    camera = SimCameraRenderer(env, config.camera, config.frame_size)
+    expert = make_expert(env)
+    bar = tqdm(total=len(todo), desc="visaligner frames", unit="ep", disable=not progress)
+    try:
+        for g0 in range(0, len(todo), batch_episodes):
+            group = todo[g0:g0 + batch_episodes]
+            sims, masks, poses, steps = [], [], [], []
+            for seed in group:
+                obs, info = env.reset(seed=seed)
+                expert.reset()
+                rgb, msk, pose, step = [], [], [], []
+                t = 0
+                while True:
+                    if t % stride == 0:
+                        frame, mask = camera()
+                        rgb.append(cut(frame))
+                        msk.append(cut(mask, channels=False))
+                        pose.append(_poses_row(info, config.objects))
+                        step.append(t)
+                    obs, _, terminated, truncated, info = env.step(expert(obs, info))
+                    t += 1
+                    if terminated or truncated or info.get("physics_error"):
+                        break
+                # the reference is frame 0 of the video; sim frame 0 is repeated so that every stored frame is generated
+                sims.append(np.stack([rgb[0]] + rgb))
+                masks.append(np.stack([msk[0]] + msk))
+                poses.append(np.stack(pose))
+                steps.append(step)
+            gens = [torch.Generator(pipe.device).manual_seed(s) for s in group]
+            videos = pipe.generate_videos([ref] * len(group), sims, masks, num_inference_steps, gens)
+            for seed, video, pose, step in zip(group, videos, poses, steps):
+                written.append(write_episode(out, config, seed, list(video[1:]), pose, step, source=source,
+                                             cropped=crop is not None))
+                bar.update(1)
+    finally:
+        bar.close()
+        camera.close()
+        env.close()
     return written
 
 
@@ -324,4 +442,4 @@ def load_frames(folders: str | os.PathLike | Sequence[str | os.PathLike], config
     return Frames(np.concatenate(inputs), np.concatenate(poses), np.concatenate(episode))
 
 
-__all__ = ["generate_frames", "write_episode", "load_frames", "per_frame", "randomized_look", "Frames", "MANIFEST", "FrameTransform"]
+__all__ = ["generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame", "randomized_look", "Frames", "MANIFEST", "FrameTransform"]

@@ -43,6 +43,16 @@ class PairedEpisode:
             raise ValueError(f"episode {self.index}: real, sim and mask lengths differ")
 
 
+def crop_paired(episode: PairedEpisode, crop) -> PairedEpisode:
+    """``episode`` with every frame and mask cut to the region ``crop`` (``(top, left, bottom, right)``
+    fractions, :func:`embodied_gym.rendering.crop_box`): the data of a model trained on part of the frame."""
+    from embodied_gym.rendering import crop_frames
+
+    return PairedEpisode(episode.index, crop_frames(episode.real, crop), crop_frames(episode.sim, crop),
+                         crop_frames(episode.sim_mask, crop, channels=False),
+                         crop_frames(episode.real_mask, crop, channels=False))
+
+
 def dataset_task(root: str | os.PathLike) -> str:
     """The task name of a recording (from its sidecar's env id; see
     :meth:`~embodied_gym.data.reader.RecordedDataset.require_task`)."""

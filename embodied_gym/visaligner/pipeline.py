@@ -79,7 +79,7 @@ ALLOWED_COMPONENTS: dict[str, frozenset[tuple[str, str]]] = {
         "EulerAncestralDiscreteScheduler", "UniPCMultistepScheduler")),
 }
 _DEFAULTS = VisAlignerConfig()
-SETTING_KEYS = ("image_size", "num_frames", "frame_stride", "use_masks", "fps", "num_inference_steps")
+SETTING_KEYS = ("image_size", "num_frames", "frame_stride", "use_masks", "fps", "num_inference_steps", "crop")
 _DIFFUSERS_KEYS = ("_class_name", "_diffusers_version", "_name_or_path")
 
 
@@ -179,6 +179,10 @@ class VisAlignerPipeline(DiffusionPipeline):
             no-mask ablation).
         fps: the first of SVD's ``added_time_ids``, constant as in training.
         num_inference_steps: default denoising steps.
+        crop: the region of the camera frame the model was trained on (``(top, left, bottom,
+            right)`` fractions, :func:`embodied_gym.rendering.crop_box`), or None for the whole
+            frame. The pipeline itself takes frames of that region (``crop_frames(frames, crop)``);
+            it is recorded so that callers cut the same region.
 
     ``pipe.config`` holds the components' ``[library, class]`` pairs and the settings above.
     """
@@ -188,7 +192,8 @@ class VisAlignerPipeline(DiffusionPipeline):
     def __init__(self, vae, unet, reference_encoder: ReferenceEncoder, scheduler,
                  image_size: tuple | list = _DEFAULTS.image_size, num_frames: int = _DEFAULTS.num_frames,
                  frame_stride: int = _DEFAULTS.frame_stride, use_masks: bool = _DEFAULTS.use_masks,
-                 fps: int | float = _DEFAULTS.fps, num_inference_steps: int = _DEFAULTS.num_inference_steps):
+                 fps: int | float = _DEFAULTS.fps, num_inference_steps: int = _DEFAULTS.num_inference_steps,
+                 crop: tuple | list | None = None):
         super().__init__()
         self.register_modules(vae=vae, unet=unet, reference_encoder=reference_encoder, scheduler=scheduler)
         image_size = tuple(int(x) for x in image_size)
@@ -197,7 +202,8 @@ class VisAlignerPipeline(DiffusionPipeline):
                              f"(>= 2), frame_stride={frame_stride} (>= 1), num_inference_steps={num_inference_steps} "
                              f"(>= 1)")
         self.register_to_config(image_size=image_size, num_frames=int(num_frames), frame_stride=int(frame_stride),
-                                use_masks=bool(use_masks), fps=fps, num_inference_steps=int(num_inference_steps))
+                                use_masks=bool(use_masks), fps=fps, num_inference_steps=int(num_inference_steps),
+                                crop=None if crop is None else [float(x) for x in crop])
         self._reference_image: np.ndarray | None = None
         self.set_progress_bar_config(disable=True)  # called once per env step by the wrapper
 

@@ -88,6 +88,10 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     wanted = src.check_episodes(episodes)
     task = src.require_task()
     pipe = VisAlignerPipeline.from_pretrained(model).to(device)
+    if pipe.config.crop is not None:
+        raise ValueError(f"{model} was trained on a region of the camera frame (crop {pipe.config.crop}); render "
+                         f"writes whole camera frames: train a model without --crop to render datasets (a crop "
+                         f"model makes pose-estimator frames: embodied_gym.perception.generate_visaligner_frames)")
     stride = pipe.config.frame_stride if frame_stride is None else frame_stride
     if stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")

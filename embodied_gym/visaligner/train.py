@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from embodied_gym.visaligner.conditioning import condition_video
 from embodied_gym.visaligner.model import denoiser_output
-from embodied_gym.visaligner.paired import PairedEpisode, paired_episodes_cached
+from embodied_gym.visaligner.paired import PairedEpisode, crop_paired, paired_episodes_cached
 from embodied_gym.visaligner.pipeline import CONFIG_NAME, VisAlignerPipeline, build_pipeline, save_png
 from embodied_gym.visaligner.presets import VisAlignerConfig, preset
 
@@ -258,9 +258,12 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     if not accelerator.is_main_process:
         episodes = paired_episodes_cached(tc.dataset, out / "paired.npz", tc.camera, episodes=tc.episodes,
                                           physics=tc.physics, sam_checkpoint=tc.sam_checkpoint, progress=False)
+    if cfg.crop is not None:  # replayed and masked whole, then cut: the masker sees the whole frame
+        episodes = [crop_paired(ep, cfg.crop) for ep in episodes]
     frame_size = tuple(episodes[0].real.shape[1:3])
     if cfg.preset == "tiny" and "image_size" not in tc.model and frame_size != cfg.image_size:
-        log.info("dataset frames are %s; the model works at %s (frames are resized)", frame_size, cfg.image_size)
+        log.info("dataset frames are %s%s; the model works at %s (frames are resized)", frame_size,
+                 f" (crop {cfg.crop})" if cfg.crop else "", cfg.image_size)
 
     store = CheckpointStore(out, unit="step", keep=1)
     latest = store.latest()

@@ -57,6 +57,10 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
             from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
             pipeline = VisAlignerPipeline.from_pretrained(pipeline)
+        if pipeline.config.crop is not None:
+            raise ValueError(f"this VisAligner model was trained on a region of the camera frame (crop "
+                             f"{pipeline.config.crop}); the wrapper replaces whole frames: use a model trained "
+                             f"without --crop")
         self.pipeline, self.camera = pipeline, camera
         self.image_shape = space.spaces[camera].shape
         ref = reference if reference is not None else pipeline.reference_image
