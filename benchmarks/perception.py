@@ -38,6 +38,37 @@ from embodied_gym.perception.data import randomized_look  # noqa: E402
 from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
 
 
+def paired_standin_errors(out: str, config, names: list[str]) -> dict:
+    """Each model's mean horizontal error on each stand-in episode (the same frames for every model), and
+    for every pair of models an exact Wilcoxon signed-rank test over those episodes: frames of one episode
+    are correlated, so the episode is the unit (6 episodes: the smallest two-sided p is 1/32)."""
+    import glob
+
+    import numpy as np
+    from scipy.stats import wilcoxon
+
+    from embodied_gym.perception import PoseEstimator
+    from embodied_gym.perception.evaluate import errors_from_estimates, predict_inputs
+
+    files = sorted(glob.glob(os.path.join(out, "frames", "standin", "episode_*.npz")))
+    per_episode = {}
+    for name in names:
+        model = PoseEstimator.from_pretrained(os.path.join(out, "models", name, "model"))
+        errs = []
+        for f in files:
+            with np.load(f, allow_pickle=False) as z:
+                est = predict_inputs(model, z["inputs"])
+                errs.append(np.mean([e["xy_cm"] for o, e in errors_from_estimates(config, est, z["poses"]).items()]))
+        per_episode[name] = errs
+    tests = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            x, y = np.array(per_episode[a]), np.array(per_episode[b])
+            tests[f"{a} vs {b}"] = {"episodes_a_lower": int((x < y).sum()), "episodes": len(x),
+                                    "wilcoxon_p": float(wilcoxon(x, y).pvalue) if len(x) and (x != y).any() else 1.0}
+    return {"xy_cm_per_standin_episode": per_episode, "tests": tests}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="PickCup")
@@ -120,6 +151,7 @@ def main():
         results.setdefault("frames", r["frames"])
         results.setdefault("centre_baseline", r["centre_baseline"])
         results.setdefault("models", {}).update(r["models"])
+    results["paired"] = paired_standin_errors(args.out, config, list(results["models"]))
     results["config"] = {**config.to_dict(), **vars(args)}
     results["wall_s"] = time.perf_counter() - t0
     write_json(os.path.join(args.out, "results.json"), results)
@@ -140,6 +172,12 @@ def main():
                 xy = f"{e['xy_cm']:.2f} / {e['xy_cm_median']:.2f} / {e['xy_cm_p90']:.2f}"
                 print(f"{name:<15} {where:<9} {obj:<8} {xy:<26} {e.get('z_cm', float('nan')):>6.2f} "
                       f"{e.get('yaw_deg', float('nan')):>8.2f} {m['ms_per_frame']:>9.2f}")
+    print("\nstand-in, per episode (mean xy cm over its objects):")
+    for name, errs in results["paired"]["xy_cm_per_standin_episode"].items():
+        print(f"  {name:<18} " + " ".join(f"{e:6.2f}" for e in errs))
+    for pair, t in results["paired"]["tests"].items():
+        print(f"  {pair}: first lower in {t['episodes_a_lower']}/{t['episodes']} episodes, exact Wilcoxon p = "
+              f"{t['wilcoxon_p']:.3g}")
 
 
 if __name__ == "__main__":

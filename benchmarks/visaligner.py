@@ -12,6 +12,12 @@ generated chunk by chunk. Frame 0 (the reference itself) is left out of every me
 
     MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner
 
+On the table region where the cup is about 9 px wide (the pose estimator's crop; BENCHMARKS.md,
+"VisAligner on the table region"), recorded at 240x320 (``--no-ablations``: the full model alone):
+
+    MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner_crop \
+        --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128
+
 Steps resume: the dataset, paired cache, trained models and FD-local3D net are reused when present.
 """
 
@@ -73,6 +79,8 @@ def main() -> int:
     ap.add_argument("--crop", nargs=4, type=float, metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
                     help="train and evaluate on this region of the recorded frames (fractions; visaligner train "
                          "--crop), e.g. 0.3 0.2 0.8 0.8 with --record-size 240 320 --image-size 80 128")
+    ap.add_argument("--no-ablations", action="store_true",
+                    help="train and evaluate the full model only: rows (a) and (c), no mask or temporal ablation")
     ap.add_argument("--record-size", nargs=2, type=int, help="recorded frame size (default --image-size)")
     ap.add_argument("--vae-steps", type=int, default=200)
     ap.add_argument("--steps", type=int, default=400, help="denoiser steps per model")
@@ -124,23 +132,24 @@ def main() -> int:
                   out / "train_vae.log")])
     timings["paired_and_vae_s"] = time.time() - t0
     nomask.mkdir(exist_ok=True)
-    for name in ("vae", "paired.npz", "vae_loss.json"):
+    for name in () if args.no_ablations else ("vae", "paired.npz", "vae_loss.json"):
         src, dst = full / name, nomask / name
         if not dst.exists():
             subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
     t0 = time.time()
     procs = []
-    for d, extra in ((full, []), (nomask, ["--no-masks"])):
+    threads = str(os.cpu_count() or 1) if args.no_ablations else "1"  # one model alone: every core
+    for d, extra in ((full, []),) + (() if args.no_ablations else ((nomask, ["--no-masks"]),)):
         state = d / "checkpoint" / "trainer_state.json"
         if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
-            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", "1"] + extra,
+            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra,
                              out / f"train_{d.name}.log"))
     wait(procs)
     timings["train_both_models_parallel_s"] = time.time() - t0
 
     # 3. held-out data at the model's frame stride; FD-local3D net trained on the training episodes
     pipe_full = VisAlignerPipeline.from_pretrained(full / "model")
-    pipe_nomask = VisAlignerPipeline.from_pretrained(nomask / "model")
+    pipe_nomask = None if args.no_ablations else VisAlignerPipeline.from_pretrained(nomask / "model")
     stride = pipe_full.config.frame_stride
     held = paired_episodes_cached(dataset, out / "paired_heldout.npz", "cam_high", episodes=eval_eps)
     trained, _ = load_paired(full / "paired.npz")
@@ -160,6 +169,8 @@ def main() -> int:
     t0 = time.time()
     methods = {"(a) raw sim render": None, "(b) VisAligner, no masks": (pipe_nomask, True),
                "(c) VisAligner full": (pipe_full, True), "(d) full, temporal layers off": (pipe_full, False)}
+    if args.no_ablations:
+        methods = {k: v for k, v in methods.items() if k.startswith(("(a)", "(c)"))}
     videos: dict[str, list[np.ndarray]] = {k: [] for k in methods}
     reals, objs, conds = [], [], []
     from tqdm import tqdm
