@@ -124,6 +124,7 @@ def main():
         from embodied_gym.visaligner.generate import reference_image
         from embodied_gym.perception.data import generate_visaligner_frames
 
+        os.makedirs(args.out, exist_ok=True)
         reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
         folder = os.path.join(args.out, "frames", f"sim_train_{name}")
         t = time.perf_counter()
