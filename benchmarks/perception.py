@@ -27,6 +27,7 @@ estimator's crop, where the cup is about 9 px wide), the reference frame a stand
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -34,7 +35,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from embodied_gym.atomic import write_json  # noqa: E402
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames  # noqa: E402
-from embodied_gym.perception.data import randomized_look  # noqa: E402
+from embodied_gym.perception.data import generate_visaligner_frames, randomized_look  # noqa: E402
+from embodied_gym.visaligner.generate import reference_image  # noqa: E402
 from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
 
 
@@ -115,17 +117,13 @@ def main():
         models[f"visaligner_{name}"] = model
     if models and not args.reference:
         p.error("--visaligner needs --reference (a real camera frame or a recorded dataset)")
+    if models:  # the real frame every generated episode starts from, read once
+        os.makedirs(args.out, exist_ok=True)
+        reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
     for name, model in models.items():
-        import json
-
         stride = json.loads(open(os.path.join(model, "model_index.json")).read())["frame_stride"]
         if stride != args.frame_stride:
             p.error(f"--visaligner {model} generates every {stride}th step; pass --frame-stride {stride}")
-        from embodied_gym.visaligner.generate import reference_image
-        from embodied_gym.perception.data import generate_visaligner_frames
-
-        os.makedirs(args.out, exist_ok=True)
-        reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
         folder = os.path.join(args.out, "frames", f"sim_train_{name}")
         t = time.perf_counter()
         generate_visaligner_frames(folder, config, range(args.sim_episodes), model, str(reference),

@@ -142,6 +142,24 @@ def _poses_row(info: dict, objects) -> np.ndarray:
     return np.stack([np.asarray(poses[o], dtype=np.float64) for o in objects])
 
 
+def _expert_episode(env, expert, seed: int, stride: int, capture: Callable, objects) -> tuple[list, list, list]:
+    """Run ``expert`` for one episode from ``env.reset(seed=seed)`` until it ends; every ``stride``-th
+    step (step 0 included) keep ``capture(obs)`` with the objects' true poses: (captures, poses, steps)."""
+    obs, info = env.reset(seed=seed)
+    expert.reset()
+    captures, poses, steps = [], [], []
+    t = 0
+    while True:
+        if t % stride == 0:
+            captures.append(capture(obs))
+            poses.append(_poses_row(info, objects))
+            steps.append(t)
+        obs, _, terminated, truncated, info = env.step(expert(obs, info))
+        t += 1
+        if terminated or truncated or info.get("physics_error"):
+            return captures, poses, steps
+
+
 def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
                     frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
                     look: Callable[[int], SceneLook] | None = None, layouts_per_episode: int = 0,
@@ -215,19 +233,9 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
                 if task != config.task:
                     raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
                 expert = make_expert(env)
-            frames, poses, steps = [], [], []
-            obs, info = env.reset(seed=int(seed))
-            expert.reset()
-            t = 0
-            while True:
-                if t % frame_stride == 0:
-                    frames.append(obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size))
-                    poses.append(_poses_row(info, config.objects))
-                    steps.append(t)
-                obs, _, terminated, truncated, info = env.step(expert(obs, info))
-                t += 1
-                if terminated or truncated or info.get("physics_error"):
-                    break
+            capture = (lambda obs: obs[config.camera]) if real else \
+                (lambda obs: env.unwrapped.render_camera(config.camera, config.frame_size))
+            frames, poses, steps = _expert_episode(env, expert, int(seed), frame_stride, capture, config.objects)
             frames = _transformed(transform, np.stack(frames), source)
             extra = []
             for k in range(layouts_per_episode):
@@ -285,6 +293,7 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
     from embodied_gym.rendering import crop_frames
     from embodied_gym.visaligner.paired import SimCameraRenderer
     from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+    from embodied_gym.visaligner.render import load_image
 
     if batch_episodes < 1:
         raise ValueError(f"batch_episodes must be >= 1, got {batch_episodes}")
@@ -299,13 +308,10 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
                          f"{tuple(config.crop)}: train VisAligner with --crop {' '.join(map(str, config.crop))}")
     stride = pipe.config.frame_stride
     if isinstance(reference, (str, os.PathLike)):
-        image = cv2.imread(os.fspath(reference), cv2.IMREAD_COLOR)
-        if image is None:
-            raise FileNotFoundError(f"cannot read the reference image {reference!r} (a PNG/JPEG camera frame)")
-        reference = image[..., ::-1]
+        reference = load_image(reference, config.frame_size)
     reference = np.asarray(reference, dtype=np.uint8)
-    fh, fw = config.frame_size
-    if reference.shape[:2] != (fh, fw):
+    if reference.shape[:2] != tuple(config.frame_size):
+        fh, fw = config.frame_size
         reference = cv2.resize(np.ascontiguousarray(reference), (fw, fh), interpolation=cv2.INTER_AREA)
     cut = (lambda x, **k: crop_frames(x, crop, **k)) if crop is not None else (lambda x, **k: np.asarray(x))
     ref = cut(reference)
@@ -328,21 +334,9 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
             group = todo[g0:g0 + batch_episodes]
             sims, masks, poses, steps = [], [], [], []
             for seed in group:
-                obs, info = env.reset(seed=seed)
-                expert.reset()
-                rgb, msk, pose, step = [], [], [], []
-                t = 0
-                while True:
-                    if t % stride == 0:
-                        frame, mask = camera()
-                        rgb.append(cut(frame))
-                        msk.append(cut(mask, channels=False))
-                        pose.append(_poses_row(info, config.objects))
-                        step.append(t)
-                    obs, _, terminated, truncated, info = env.step(expert(obs, info))
-                    t += 1
-                    if terminated or truncated or info.get("physics_error"):
-                        break
+                views, pose, step = _expert_episode(env, expert, seed, stride, lambda obs: camera(), config.objects)
+                rgb = [cut(frame) for frame, _ in views]
+                msk = [cut(mask, channels=False) for _, mask in views]
                 # the reference is frame 0 of the video; sim frame 0 is repeated so that every stored frame is generated
                 sims.append(np.stack([rgb[0]] + rgb))
                 masks.append(np.stack([msk[0]] + msk))
