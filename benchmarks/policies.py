@@ -39,6 +39,21 @@ evaluation seeds (:func:`embodied_gym.policies.evaluate.paired_comparison`).
         --estimator runs/bench/perception_200kp/models/randomized/model \\
         --raw-estimator runs/bench/perception/models/raw/model
 
+Two estimators, one per camera: ``--estimator`` reads the stand-in's frames (row a's demos and every
+stand-in evaluation; one trained on VisAligner frames, the paper's loop), ``--sim-estimator`` the sim's
+renders (the generated demos' metadata, TPO's rollouts and in-sim evaluations, row c_sim; one trained on
+raw sim renders). ``--physics`` takes a calibration made elsewhere (e.g. on the 240x320 recording
+VisAligner trains on) instead of calibrating on row (a)'s demos. ``--stages train`` trains the rows'
+policies and TPO without evaluating them, so the sim side can run before the stand-in's estimator exists.
+
+    # rows a-e with the estimator trained on VisAligner frames (BENCHMARKS.md, "the loop with VisAligner's
+    # perception"): the sim reads its renders with the raw-render estimator, the stand-in with the VisAligner one
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --out runs/bench/policies_va \
+        --estimator runs/bench/perception_visaligner/models/visaligner_full/model \
+        --sim-estimator runs/bench/perception_visaligner/models/raw/model \
+        --raw-estimator runs/bench/perception_visaligner/models/raw/model \
+        --physics runs/bench/policies_va/calibrate/result.json --eval-pose-update at_reset --eval-tag _at_reset
+
 ``--robot-config FILE`` runs the whole loop against another stand-in world (its demos, its
 calibration, its evaluations); the nominal-sim stages (row b) do not depend on the world, so a copy of
 another run's ``data_nominal`` and ``act_b`` in ``--out`` is reused as is.
@@ -142,6 +157,10 @@ def _train_time(log: Path) -> float:
 
 
 def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimator=None) -> dict:
+    """``policy`` on ``env_id``, reading ``pose_estimator`` (default: ``--estimator`` on the stand-in,
+    ``--sim-estimator`` in a sim, whatever estimator the policy's data named)."""
+    if pose_estimator is None:
+        pose_estimator = args.estimator if embodied_gym.parse_env_id(env_id).real else args.sim_estimator
     if not out.exists():
         _say(f"evaluating {policy} on {env_id} ({args.eval_episodes} episodes)")
         robot = args.robot_config if embodied_gym.parse_env_id(env_id).real else None
@@ -149,6 +168,21 @@ def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimat
                         temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
                         robot_config=robot, pose_update=args.eval_pose_update, workers=args.eval_workers)
     return json.loads(out.read_text())
+
+
+def _tpo(out: Path, physics: str, args) -> list[dict]:
+    """Row (d): TPO on row (c)'s policy in the calibrated sim (resumes; returns its log), its rollouts and
+    in-sim evaluations reading ``--sim-estimator``."""
+    from embodied_gym.policies.tpo import TPOConfig, train_tpo
+
+    return train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=embodied_gym.env_id(args.task), out=str(out / args.tpo_out),
+                               iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
+                               pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
+                               rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
+                               num_threads=args.threads, eval_episodes=args.tpo_eval_episodes,
+                               eval_temporal_ensemble=args.temporal_ensemble, eval_workers=args.eval_workers,
+                               select=args.tpo_select, seed=args.tpo_seed, pose_estimator=args.sim_estimator,
+                               pose_update=args.tpo_pose_update or args.eval_pose_update))
 
 
 def _row(name: str, ev: dict, **extra) -> dict:
@@ -178,7 +212,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="PickCup")
     p.add_argument("--out", default="runs/bench/policies")
-    p.add_argument("--estimator", required=True, help="pose estimator folder of rows a-d (and the calibrated sim)")
+    p.add_argument("--estimator", required=True,
+                   help="pose estimator folder of every stand-in episode of rows a-d: row (a)'s demos and every "
+                        "evaluation on the stand-in (e.g. one trained on VisAligner frames)")
+    p.add_argument("--sim-estimator",
+                   help="pose estimator folder of every sim episode: the generated demos' metadata, row (d)'s TPO "
+                        "rollouts and in-sim evaluations, row c_sim (default: --estimator). One trained on raw sim "
+                        "renders reads the sim's own frames; one trained on VisAligner frames reads the robot's")
     p.add_argument("--raw-estimator", help="pose estimator trained on raw sim renders (row e)")
     p.add_argument("--physics", help="a calibration result JSON to use instead of calibrating here")
     p.add_argument("--robot-config", metavar="FILE",
@@ -247,8 +287,9 @@ def main() -> None:
     p.add_argument("--eval-workers", type=int, default=1, help="processes per evaluation (results do not change)")
     p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
                    choices=[*ROWS, "c_sim"])
-    p.add_argument("--stages", choices=["all", "data"], default="all",
-                   help="data: only record and calibrate (then run rows in parallel processes)")
+    p.add_argument("--stages", choices=["all", "data", "train"], default="all",
+                   help="data: only record and calibrate (then run rows in parallel processes); train: also train "
+                        "the rows' policies (and row d's TPO), evaluating nothing on the stand-in")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--figure", help="also copy the figure here")
     p.add_argument("--compare", metavar="RESULTS_JSON",
@@ -257,6 +298,7 @@ def main() -> None:
     args = p.parse_args()
     if "e" in args.rows and not args.raw_estimator:
         p.error("row e needs --raw-estimator (a pose estimator trained on raw sim renders)")
+    args.sim_estimator = args.sim_estimator or args.estimator
 
     import torch
 
@@ -286,10 +328,10 @@ def main() -> None:
     if needed & {"calibrated", "calibrated_raw"}:
         physics = args.physics or _calibrate(Path(data["standin"]["dataset"]), out / "calibrate", args)
     if "nominal" in needed:
-        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.estimator, args,
+        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.sim_estimator, args,
                                  pose_source=args.sim_pose_source)
     if "calibrated" in needed:
-        data["calibrated"] = _demos(sim, out / "data_calibrated", args.sim_demos, 50_000, args.estimator, args,
+        data["calibrated"] = _demos(sim, out / "data_calibrated", args.sim_demos, 50_000, args.sim_estimator, args,
                                     physics=physics, pose_source=args.sim_pose_source)
     if "calibrated_raw" in needed:
         data["calibrated_raw"] = _demos(sim, out / "data_calibrated_raw", args.sim_demos, 50_000, args.raw_estimator,
@@ -299,6 +341,16 @@ def main() -> None:
         return
 
     source = {"a": "standin", "b": "nominal", "c": "calibrated", "e": "calibrated_raw"}
+    if args.stages == "train":  # the policies (and TPO) only: their stand-in evaluations come with --stages all
+        for key in args.rows:
+            if key in ("a", "b") or (key == "e" and not ground_truth):
+                _train(data[source[key]]["dataset"], out / f"act_{key}", args)
+            else:  # c, c_sim, d, and e with exact labels: row (c)'s policy
+                _train(data["calibrated"]["dataset"], out / "act_c", args)
+            if key == "d":
+                _tpo(out, physics, args)
+        _say(f"training stages done in {time.time() - t0:.0f} s")
+        return
     for key in args.rows:  # in the order given; results are saved after every row
         results = {}
         if key == "e" and ground_truth:
@@ -314,18 +366,11 @@ def main() -> None:
             ev = _eval(out / "act_c", sim, out / f"eval_c_sim{tag}.json", args, physics=physics)
             results[key] = _row("(c) in its own (calibrated) sim", ev, train_time_s=t, steps=args.steps)
         elif key == "d":
-            from embodied_gym.policies.tpo import TPOConfig, selected_iteration, train_tpo
+            from embodied_gym.policies.tpo import selected_iteration
 
             t_c = _train(data["calibrated"]["dataset"], out / "act_c", args)
             tpo_out = out / args.tpo_out
-            log = train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=sim, out=str(tpo_out),
-                                      iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
-                                      pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
-                                      rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
-                                      num_threads=args.threads, eval_episodes=args.tpo_eval_episodes,
-                                      eval_temporal_ensemble=args.temporal_ensemble, eval_workers=args.eval_workers,
-                                      select=args.tpo_select, seed=args.tpo_seed,
-                                      pose_update=args.tpo_pose_update or args.eval_pose_update))
+            log = _tpo(out, physics, args)
             tpo_time = sum(r["rollout_time_s"] + r["train_time_s"] for r in log if r["iteration"] > 0)
             named = "d" if args.tpo_out == "tpo_d" else args.tpo_out
             chosen = selected_iteration(log, args.tpo_select)
