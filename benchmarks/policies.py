@@ -491,8 +491,8 @@ def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -
     ax.set_ylabel("success rate")
     n = results[keys[0]]["episodes"]
     which = " (the reset frame's, held)" if pose_update == "at_reset" else ""
-    ax.set_title(f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} paired seeds; "
-                 f"grey: in its own sim)", fontsize=9)
+    ax.set_title(textwrap.fill(f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} "
+                               f"paired seeds; grey: in its own sim)", 100), fontsize=9)
     fig.tight_layout()
     save_figure(fig, png)
 
