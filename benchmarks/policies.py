@@ -158,12 +158,13 @@ def _train_time(log: Path) -> float:
 
 def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimator=None) -> dict:
     """``policy`` on ``env_id``, reading ``pose_estimator`` (default: ``--estimator`` on the stand-in,
-    ``--sim-estimator`` in a sim, whatever estimator the policy's data named)."""
+    ``--sim-estimator`` in a sim, in place of the one the policy's data names)."""
+    real = embodied_gym.parse_env_id(env_id).real
     if pose_estimator is None:
-        pose_estimator = args.estimator if embodied_gym.parse_env_id(env_id).real else args.sim_estimator
+        pose_estimator = args.estimator if real else args.sim_estimator
     if not out.exists():
         _say(f"evaluating {policy} on {env_id} ({args.eval_episodes} episodes)")
-        robot = args.robot_config if embodied_gym.parse_env_id(env_id).real else None
+        robot = args.robot_config if real else None
         evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
                         temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
                         robot_config=robot, pose_update=args.eval_pose_update, workers=args.eval_workers)
@@ -343,10 +344,9 @@ def main() -> None:
     source = {"a": "standin", "b": "nominal", "c": "calibrated", "e": "calibrated_raw"}
     if args.stages == "train":  # the policies (and TPO) only: their stand-in evaluations come with --stages all
         for key in args.rows:
-            if key in ("a", "b") or (key == "e" and not ground_truth):
-                _train(data[source[key]]["dataset"], out / f"act_{key}", args)
-            else:  # c, c_sim, d, and e with exact labels: row (c)'s policy
-                _train(data["calibrated"]["dataset"], out / "act_c", args)
+            # c_sim, d, and e with exact labels use row (c)'s policy
+            own = key in ("a", "b", "c") or (key == "e" and not ground_truth)
+            _train(data[source[key if own else "c"]]["dataset"], out / f"act_{key if own else 'c'}", args)
             if key == "d":
                 _tpo(out, physics, args)
         _say(f"training stages done in {time.time() - t0:.0f} s")
