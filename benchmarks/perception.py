@@ -22,6 +22,10 @@ estimator's crop, where the cup is about 9 px wide), the reference frame a stand
         --visaligner full=runs/bench/visaligner_crop/full/model \
         --visaligner nomask=runs/bench/visaligner_crop/nomask/model \
         --reference runs/bench/visaligner_crop/standin_pickcup
+
+``--with-raw`` also trains each VisAligner model's frames together with the raw renders of the same
+episodes (``visaligner_NAME_with_raw``): the renders' geometry is exact, the VisAligner frames carry
+the camera's look (BENCHMARKS.md, "One estimator on renders and VisAligner frames").
 """
 
 from __future__ import annotations
@@ -98,6 +102,10 @@ def main():
     p.add_argument("--reference", help="with --visaligner: the real frame every episode starts from (an image, "
                                        "or a recorded dataset: its first frame)")
     p.add_argument("--visaligner-steps", type=int, default=10, help="VisAligner denoising steps")
+    p.add_argument("--with-raw", action="store_true",
+                   help="with --visaligner: also train visaligner_NAME_with_raw on the raw renders and that "
+                        "model's frames of the same episodes together (augmented): the renders carry exact "
+                        "geometry, the VisAligner frames the camera's look")
     args = p.parse_args()
 
     config = PoseEstimatorConfig(task=args.task, **({"input_size": tuple(args.input_size)} if args.input_size else {}))
@@ -131,7 +139,12 @@ def main():
         print(f"{name}: frames in {time.perf_counter() - t:.0f} s (0 when resumed)", flush=True)
         sets[name] = [folder]
         variants.append(name)
-    if {"raw", "raw_augmented"} & set(variants):
+        if args.with_raw:
+            sets[f"{name}_with_raw"] = [sim_train, folder]
+            variants.append(f"{name}_with_raw")
+    if args.with_raw and not models:
+        p.error("--with-raw needs --visaligner NAME=MODEL")
+    if {"raw", "raw_augmented"} & set(variants) or args.with_raw:
         generate_frames(sim_train, config, range(args.sim_episodes), frame_stride=args.frame_stride,
                         layouts_per_episode=args.layouts_per_episode)
     if "randomized" in variants:

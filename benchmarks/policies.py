@@ -75,6 +75,8 @@ import shutil
 import time
 from pathlib import Path
 
+import numpy as np
+
 import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
@@ -189,7 +191,28 @@ def _tpo(out: Path, physics: str, args) -> list[dict]:
 def _row(name: str, ev: dict, **extra) -> dict:
     return {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"], "episodes": ev["episodes"],
             "mean_return": ev["mean_return"], "eval_wall_time_s": ev["wall_time_s"],
-            "successes": {str(k): v for k, v in successes_by_seed(ev).items()}, **extra}
+            "successes": {str(k): v for k, v in successes_by_seed(ev).items()},
+            "reset_pose_error_cm": reset_error_by_outcome(ev), **extra}
+
+
+def reset_error_by_outcome(ev: dict) -> dict | None:
+    """How far the reset frame's estimate was from the env's reported cup position (cm, horizontal), over
+    all episodes and split by outcome: whether the misses are the episodes the estimate misled. None for an
+    evaluation that predates the field or reads no estimate."""
+    pairs = [(e["success"], e["reset_pose_error_cm"]) for e in ev["per_episode"]
+             if e.get("reset_pose_error_cm") is not None]
+    if not pairs:
+        return None
+
+    def mean(xs):
+        return float(np.mean(xs)) if xs else None
+
+    errors = [x for _, x in pairs]
+    return {"mean": mean(errors), "p90": float(np.percentile(errors, 90)),
+            "success_mean": mean([x for s, x in pairs if s]), "failure_mean": mean([x for s, x in pairs if not s]),
+            "success_rate_below_1cm": mean([float(s) for s, x in pairs if x < 1.0]),
+            "success_rate_above_1cm": mean([float(s) for s, x in pairs if x >= 1.0]),
+            "episodes_below_1cm": sum(x < 1.0 for x in errors)}
 
 
 def _integral_below(text: str):
@@ -441,6 +464,10 @@ def _comparisons(results: dict) -> list[dict]:
     return out
 
 
+def _or_dash(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
 def print_table(results: dict) -> None:
     print("| row | success on the stand-in (Wilson 95 % CI) | episodes | ACT training time |")
     print("|---|---|---|---|")
@@ -450,6 +477,17 @@ def print_table(results: dict) -> None:
         where = " (calibrated sim)" if key == "c_sim" else ""
         print(f"| ({key}) {r['row']}{where} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {r['episodes']} | "
               f"{r['train_time_s'] / 60:.1f} min |")
+    diagnosed = [k for k in [*ROWS, "c_sim"] if (results.get(k) or {}).get("reset_pose_error_cm")]
+    if diagnosed:
+        print("\nThe reset frame's estimate against the env's reported cup position (cm, horizontal; the stand-in's "
+              "motion-capture truth, read for this table only)")
+        print("| row | mean / p90 | mean in successes / failures | success when < 1 cm / >= 1 cm (episodes < 1 cm) |")
+        print("|---|---|---|---|")
+        for key in diagnosed:
+            e = results[key]["reset_pose_error_cm"]
+            print(f"| ({key}) | {e['mean']:.2f} / {e['p90']:.2f} | {_or_dash(e['success_mean'], '.2f')} / "
+                  f"{_or_dash(e['failure_mean'], '.2f')} | {_or_dash(e['success_rate_below_1cm'], '.0%')} / "
+                  f"{_or_dash(e['success_rate_above_1cm'], '.0%')} ({e['episodes_below_1cm']}) |")
     tpo = results.get("d", {}).get("tpo", {})
     if tpo.get("sim_eval"):
         print(f"\nTPO iterations (0: row c), greedy success; returned: iteration {tpo.get('selected_iteration')}")

@@ -146,6 +146,32 @@ def test_wrapper_passes_check_env(real):
     wrapped.close()
 
 
+@pytest.mark.parametrize("real", [False, True], ids=["sim", "real"])
+def test_reset_pose_error_is_the_estimates_distance_from_the_reported_poses(real):
+    """The evaluation's diagnostic: the reset estimate's horizontal error against info["object_poses"]."""
+    from embodied_gym.policies.evaluate import reset_pose_error_cm
+
+    torch.manual_seed(0)
+    est = PoseEstimator(tiny_config())
+    kw = {"realtime": False} if real else {}
+    env = gym.make(embodied_gym.env_id("PickCup", real=real), obs_type="pixels_state", image_size=SMALL, **kw)
+    wrapped = PoseEstimateWrapper(env, est)
+    obs, info = wrapped.reset(seed=3)
+    cup = np.asarray(info["object_poses"]["cup"])
+    want = 100 * np.hypot(*(obs["object_pose_estimate"][:2] - cup[:2]))
+    assert want > 0.1  # an untrained estimator is off
+    assert reset_pose_error_cm(wrapped, obs, info) == pytest.approx(want, rel=1e-5)
+    assert reset_pose_error_cm(env, env.reset(seed=3)[0], info) is None  # no estimate in the observation
+    wrapped.close()
+    if not real:  # the ground-truth entry is not an estimate: nothing to report
+        from embodied_gym.factory import make_env
+
+        gt = make_env(embodied_gym.env_id("PickCup"), pose_estimator=est, pose_source="ground_truth", obs_type="state")
+        obs, info = gt.reset(seed=3)
+        assert reset_pose_error_cm(gt, obs, info) is None
+        gt.close()
+
+
 def test_ground_truth_wrapper_gives_the_sim_poses_at_the_camera_rate(tmp_path):
     """Sim demos with exact labels: the entry is the true cup position in the estimator's layout, read
     at the camera's frames (10 Hz: every 5th control step) and held in between; no camera is needed."""

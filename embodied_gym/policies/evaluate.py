@@ -1,7 +1,10 @@
 """Evaluate an agent on an env id: success rate with a Wilson 95 % interval, returns, lengths.
 
 Episode ``i`` is reset with seed ``seed + i``, so two evaluations with the same seed see the same
-start states (on sim ids; a Real id's robot adds its own noise).
+start states (on sim ids; a Real id's robot adds its own noise). For a policy that reads a pose
+estimate, each episode also reports how far the reset frame's estimate was from the env's
+``info["object_poses"]`` (``reset_pose_error_cm``): the stand-in's motion-capture truth, read for the
+report only, never by the policy.
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ class EpisodeResult:
     final_reward: float
     physics_error: str | None = None
     video: str | None = None
+    #: horizontal error (cm, mean over the estimator's objects) of the pose estimate in the reset
+    #: observation against ``info["object_poses"]``; None when the policy reads no estimate
+    reset_pose_error_cm: float | None = None
 
 
 @dataclass
@@ -126,14 +132,37 @@ class EvalResult:
 
     def summary(self) -> str:
         lo, hi = self.ci95
-        return (f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
+        text = (f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
                 f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps")
+        errors = [e.reset_pose_error_cm for e in self.per_episode if e.reset_pose_error_cm is not None]
+        if errors:
+            text += f"; the reset frame's pose estimate off by {np.mean(errors):.2f} cm (mean, horizontal)"
+        return text
+
+
+def reset_pose_error_cm(env, obs, info: dict) -> float | None:
+    """Horizontal error (cm, mean over objects) of ``obs["object_pose_estimate"]`` against
+    ``info["object_poses"]``, for the env's :class:`~embodied_gym.perception.PoseEstimateWrapper`; None
+    when the observation holds no estimate, the env reports no poses, or the entry is the ground truth."""
+    from embodied_gym.perception.wrapper import KEY, true_pose_entry
+
+    if not isinstance(obs, dict) or KEY not in obs or "object_poses" not in info:
+        return None
+    try:
+        config = env.get_wrapper_attr("estimator").config
+    except AttributeError:  # GroundTruthPoseWrapper: the entry is the truth itself
+        return None
+    est, true, names = np.asarray(obs[KEY], np.float64), true_pose_entry(config, info["object_poses"]), config.output_names
+    errs = [math.hypot(est[names.index(f"{o}.x")] - true[names.index(f"{o}.x")],
+                       est[names.index(f"{o}.y")] - true[names.index(f"{o}.y")]) for o in config.objects]
+    return 100.0 * float(np.mean(errs))
 
 
 def run_episode(env, agent, seed: int, frames: list | None = None, camera: str | None = None):
-    """One episode; returns (success, return, length, final reward, physics error)."""
+    """One episode; returns (success, return, length, final reward, physics error, reset pose error cm)."""
     agent.reset()
     obs, info = env.reset(seed=seed)
+    pose_error = reset_pose_error_cm(env, obs, info)
     if frames is not None:
         frames.append(_frame(env, obs, camera))
     ret, length, reward = 0.0, 0, 0.0
@@ -145,7 +174,7 @@ def run_episode(env, agent, seed: int, frames: list | None = None, camera: str |
             frames.append(_frame(env, obs, camera))
         if terminated or truncated:
             break
-    return bool(info.get("is_success")), ret, length, float(reward), info.get("physics_error")
+    return bool(info.get("is_success")), ret, length, float(reward), info.get("physics_error"), pose_error
 
 
 def _frame(env, obs, camera):
@@ -182,12 +211,12 @@ def _episode(env, agent, i: int, seed: int, videos, video_episodes: int) -> Epis
         cams = getattr(env.unwrapped, "cameras", ())
         camera = cams[0] if cams else None
     frames = [] if record else None
-    success, ret, length, last_r, err = run_episode(env, agent, seed + i, frames, camera)
+    success, ret, length, last_r, err, pose_error = run_episode(env, agent, seed + i, frames, camera)
     video = None
     if frames:
         video = str(Path(videos) / f"episode_{i:03d}_{'success' if success else 'failure'}.mp4")
         write_mp4(video, frames, fps=25)
-    return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video)
+    return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video, pose_error)
 
 
 def _result(rows: list[EpisodeResult], env_id: str, policy_name: str, seed: int, wall_time_s: float,
