@@ -128,14 +128,19 @@ def test_from_pretrained_errors(tmp_path):
         PoseEstimator.from_pretrained(other)
 
 
+def _untrained_estimator_and_env(real: bool):
+    """A seeded untrained estimator and a small-frame PickCup env (the stand-in's for ``real``)."""
+    torch.manual_seed(0)
+    kw = {"realtime": False} if real else {}
+    env = gym.make(embodied_gym.env_id("PickCup", real=real), obs_type="pixels_state", image_size=SMALL, **kw)
+    return PoseEstimator(tiny_config()), env
+
+
 @pytest.mark.parametrize("real", [False, True], ids=["sim", "real"])
 def test_wrapper_passes_check_env(real):
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-    torch.manual_seed(0)
-    est = PoseEstimator(tiny_config())
-    kw = {"realtime": False} if real else {}
-    env = gym.make(embodied_gym.env_id("PickCup", real=real), obs_type="pixels_state", image_size=SMALL, **kw)
+    est, env = _untrained_estimator_and_env(real)
     wrapped = PoseEstimateWrapper(env.unwrapped, est)
     assert wrapped.observation_space["object_pose_estimate"].shape == (3,)
     gym_check_env(wrapped, skip_render_check=True)
@@ -151,10 +156,7 @@ def test_reset_pose_error_is_the_estimates_distance_from_the_reported_poses(real
     """The evaluation's diagnostic: the reset estimate's horizontal error against info["object_poses"]."""
     from embodied_gym.policies.evaluate import reset_pose_error_cm
 
-    torch.manual_seed(0)
-    est = PoseEstimator(tiny_config())
-    kw = {"realtime": False} if real else {}
-    env = gym.make(embodied_gym.env_id("PickCup", real=real), obs_type="pixels_state", image_size=SMALL, **kw)
+    est, env = _untrained_estimator_and_env(real)
     wrapped = PoseEstimateWrapper(env, est)
     obs, info = wrapped.reset(seed=3)
     cup = np.asarray(info["object_poses"]["cup"])
