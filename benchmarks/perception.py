@@ -41,7 +41,7 @@ from embodied_gym.atomic import write_json  # noqa: E402
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames  # noqa: E402
 from embodied_gym.perception.data import generate_visaligner_frames, randomized_look  # noqa: E402
 from embodied_gym.visaligner.generate import reference_image  # noqa: E402
-from embodied_gym.perception.evaluate import measure_visual_gap  # noqa: E402
+from embodied_gym.perception.visual_gap import measure_visual_gap  # noqa: E402
 
 
 def paired_standin_errors(out: str, config, names: list[str]) -> dict:

@@ -11,7 +11,8 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
   ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
   domain-randomised scene looks; :func:`generate_visaligner_frames`: the same episodes as a trained
   VisAligner shows them (the aligned simulator's frames).
-- :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate).
+- :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate); ``visual_gap.measure_visual_gap``:
+  the experiment that trains estimators on sim frames and measures them on a stand-in's camera.
 - :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy;
   :class:`GroundTruthPoseWrapper`: the same entry from the simulator's true poses, for recording
   sim demonstrations with exact labels (the policy still runs on the estimate).
