@@ -33,6 +33,10 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     assert set(evaluation) == {"expert", "act_real", "act_aligned", "tpo"}
     for e in evaluation.values():
         assert 0.0 <= e["ci95"][0] <= e["success_rate"] <= e["ci95"][1] <= 1.0
+    # the learnt policies read the estimate, whose reset-frame error the report shows; the expert reads the truth
+    assert evaluation["expert"].get("mean_reset_pose_error_cm") is None
+    assert all(evaluation[n]["mean_reset_pose_error_cm"] > 0 for n in ("act_real", "act_aligned", "tpo"))
+    assert "reset-frame estimate off by" in report
     assert (smoke_run / "calibrate" / "result.json").exists()
     # the pose-estimate path: a perception model, policies that read its estimate, VisAligner skipped
     assert (smoke_run / "perception" / "train" / "model" / "model.safetensors").exists()

@@ -190,7 +190,7 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
         seeds[name] = successes_by_seed(res)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
                                                               if k in ("success_rate", "ci95", "episodes",
-                                                                       "mean_return")}}
+                                                                       "mean_return", "mean_reset_pose_error_cm")}}
     out["_paired"] = [{"a": a, "b": b, **paired_comparison(seeds[a], seeds[b]).to_json()}
                       for a, b in COMPARISONS if a in seeds and b in seeds]
     return out

@@ -124,19 +124,25 @@ class EvalResult:
     visaligner: str | None = None
     physics: str | None = None
 
+    @property
+    def mean_reset_pose_error_cm(self) -> float | None:
+        """Mean of the episodes' ``reset_pose_error_cm``; None when the policy read no estimate."""
+        errors = [e.reset_pose_error_cm for e in self.per_episode if e.reset_pose_error_cm is not None]
+        return float(np.mean(errors)) if errors else None
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["ci95"] = list(self.ci95)
         d["lengths"] = [e.length for e in self.per_episode]
+        d["mean_reset_pose_error_cm"] = self.mean_reset_pose_error_cm
         return d
 
     def summary(self) -> str:
         lo, hi = self.ci95
         text = (f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
                 f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps")
-        errors = [e.reset_pose_error_cm for e in self.per_episode if e.reset_pose_error_cm is not None]
-        if errors:
-            text += f"; the reset frame's pose estimate off by {np.mean(errors):.2f} cm (mean, horizontal)"
+        if self.mean_reset_pose_error_cm is not None:
+            text += f"; the reset frame's pose estimate off by {self.mean_reset_pose_error_cm:.2f} cm (mean, horizontal)"
         return text
 
 
