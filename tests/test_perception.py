@@ -466,3 +466,86 @@ def test_visaligner_frames_are_the_generated_crops_with_the_sims_poses(tmp_path)
     with pytest.raises(ValueError, match="is a robot"):
         generate_visaligner_frames(tmp_path / "x", cfg, [0], model, reference,
                                    env_id="EmbodieDreamer-PickCup-Real-v0", progress=False)
+
+
+def test_perception_commands_frames_train_eval(tmp_path, capsys):
+    """`perception frames` -> `perception train` -> `perception eval` from the command line: the estimator's
+    input is the frames' (no model flags repeated), a second training into the same folder needs --resume,
+    and settings that do not fit the look or the env are errors naming the flag."""
+    from embodied_gym.cli import main
+
+    frames, train = tmp_path / "frames", tmp_path / "train"
+    small = ["--frame-size", "48", "64", "--input-size", "20", "32"]
+    assert main(["perception", "frames", "--out", str(frames), "--episodes", "2", "--frame-stride", "50", *small]) == 0
+    assert "2 episodes, 8 frames (raw)" in capsys.readouterr().out
+    assert json.loads((frames / "frames.json").read_text())["input_size"] == [20, 32]
+    args = ["perception", "train", "--data", str(frames), "--out", str(train), "--steps", "4", "--batch-size", "4",
+            "--eval-every", "2", "--save-every", "2", "--val-fraction", "0.5", "--no-augment"]
+    assert main(args) == 0
+    assert "held-out episodes' horizontal error: cup" in capsys.readouterr().out
+    model = PoseEstimator.from_pretrained(train / "model")
+    assert model.config.input_size == (20, 32) and model.config.frame_size == SMALL
+    assert main(args) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0
+    capsys.readouterr()
+    assert main(["perception", "eval", "--model", str(train / "model"), "--data", str(frames),
+                 "--out", str(tmp_path / "errors.json")]) == 0
+    assert "over 8 frames" in capsys.readouterr().out
+    errors = json.loads((tmp_path / "errors.json").read_text())["errors"]
+    assert errors["frames"] == 8 and errors["cup"]["xy_cm"] > 0
+
+    bad = [(["--look", "visaligner"], "--visaligner-model"),
+           (["--robot-config", "embodied_gym/robots/stand_in_world2.yaml"], "-Real- id as --env"),
+           (["--env", "EmbodieDreamer-PickCup-Real-v0", "--physics", "x.json"], "drop --physics"),
+           (["--reference", "x.png"], "for --look visaligner")]
+    for extra, message in bad:
+        assert main(["perception", "frames", "--out", str(tmp_path / "bad"), *small, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["perception", "train", "--data", str(tmp_path / "nothing"), "--out", str(tmp_path / "t2")]) == 2
+    assert "not a frame folder" in capsys.readouterr().err
+
+
+def fixed_config_correction(folder) -> tuple:
+    return PoseEstimator.from_pretrained(folder).config.correction
+
+
+def test_robot_offset_finds_the_estimators_bias_from_the_demonstrations(tmp_path):
+    """The demonstrations' grasp (TCP at the first success + the sim's grasp offset) says where the cup was:
+    recorded with the estimate, the fit recovers the estimate's median bias against the true start poses
+    (the grasp offset varies by a few mm), and the corrected copy adds exactly the correction."""
+    from embodied_gym.data.parallel import record_expert_demos
+    from embodied_gym.data.reader import open_dataset, read_sidecar
+    from embodied_gym.perception.robot_offset import corrected_estimator, fit_estimator_offset
+
+    torch.manual_seed(0)
+    model = tmp_path / "est"
+    PoseEstimator(tiny_config()).save_pretrained(model)  # untrained: a large bias, which the fit must find
+    demos = tmp_path / "demos"
+    record_expert_demos("EmbodieDreamer-PickCup-v0", {"pose_estimator": str(model), "camera_fps": 10,
+                                                      "obs_type": "pixels_state"},
+                        demos, 4, seed=0, workers=1, progress=False, cameras=(), after_success_steps=2)
+    # the "robot" demos are sim demos recorded with the estimate: their true start poses are known here
+    fit = fit_estimator_offset(model, demos, demos)
+    table = open_dataset(demos).table()
+    first = {int(e): i for i, e in reversed(list(enumerate(table["episode_index"])))}
+    est = np.stack(table["observation.environment_state"])[[first[e] for e in sorted(first)], :2]
+    true = np.array([r["layout"]["cup"][:2] for r in sorted(read_sidecar(demos), key=lambda r: r["episode_index"])])
+    assert fit.robot_episodes == 4 and fit.object == "cup"
+    np.testing.assert_allclose(-np.asarray(fit.correction_xy), np.median(est - true, axis=0), atol=0.005)
+
+    fixed = corrected_estimator(model, fit, tmp_path / "fixed")
+    frames = np.random.default_rng(0).integers(0, 255, (2, *SMALL, 3), dtype=np.uint8)
+    shift = PoseEstimator.from_pretrained(fixed).estimate(frames) - PoseEstimator.from_pretrained(model).estimate(frames)
+    np.testing.assert_allclose(shift, np.tile([*fit.correction_xy, 0.0], (2, 1)), atol=1e-6)
+    assert json.loads((fixed / "offset.json").read_text())["robot_episodes"] == 4
+
+    from embodied_gym.cli import main
+
+    assert main(["perception", "offset", "--model", str(model), "--robot-dataset", str(demos), "--sim-dataset",
+                 str(demos), "--out", str(tmp_path / "fixed_cli")]) == 0
+    assert PoseEstimator.from_pretrained(tmp_path / "fixed_cli").config.correction == fixed_config_correction(fixed)
+    other = tmp_path / "other"
+    PoseEstimator(tiny_config()).save_pretrained(other)  # other weights than the demos were recorded with
+    with pytest.raises(ValueError, match="not recorded with the estimate of"):
+        fit_estimator_offset(other, demos, demos)

@@ -1,6 +1,7 @@
 """The ``embodied-gym`` commands, one module each, in the order of the pipeline.
 
     record -> replay -> calibrate -> visaligner train -> visaligner render / generate
+           -> perception frames -> perception train -> perception offset (perception eval)
            -> train act -> train tpo -> eval          (and: experts, demo: the whole loop)
 
 Each module is a thin command line over one library function and declares ``NAME`` (and
@@ -8,16 +9,19 @@ Each module is a thin command line over one library function and declares ``NAME
 ``run(args) -> exit status`` and ``interrupted(args)``: what a Ctrl-C kept and how to go on.
 """
 
-from embodied_gym.commands import (calibrate, demo, evaluate, experts, generate, record, replay, train_act,
-                                   train_tpo, visaligner_render, visaligner_train)
+from embodied_gym.commands import (calibrate, demo, evaluate, experts, generate, perception_eval, perception_frames,
+                                   perception_offset, perception_train, record, replay, train_act, train_tpo,
+                                   visaligner_render, visaligner_train)
 
 #: Every command, in pipeline order (the order of ``embodied-gym --help``).
-COMMANDS = (record, replay, calibrate, visaligner_train, visaligner_render, generate, train_act, train_tpo,
-            evaluate, experts, demo)
+COMMANDS = (record, replay, calibrate, visaligner_train, visaligner_render, generate, perception_frames,
+            perception_train, perception_offset, perception_eval, train_act, train_tpo, evaluate, experts, demo)
 
 #: Help of the two-word command groups.
 GROUPS = {
     "visaligner": "VisAligner: sim renders -> the real camera's video (train, render)",
+    "perception": "the pose estimator the policies read: training frames (frames), training (train), its "
+                  "bias on the robot's camera (offset), its errors on a camera's frames (eval)",
     "train": "train a policy (act: imitation with LeRobot's ACT; tpo: preference RL in the aligned sim)",
 }
 

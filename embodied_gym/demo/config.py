@@ -55,6 +55,8 @@ class PerceptionSettings:
     layouts_per_episode: int = setting(20, help="extra frames of fresh layouts after each episode")
     frame_stride: int = setting(4, help="keep every k-th frame of an episode")
     workers: int | None = setting(None, help="processes that render the frames (default: the CPU count)")
+    robot_offset: bool = setting(True, help="correct the estimator's constant bias on the robot's camera, measured "
+                                            "on the recorded demonstrations (stage perception_offset; PickCup)")
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 

@@ -14,8 +14,13 @@ reading the camera's object-pose estimate (``observation: pose_estimate``, the d
    (``background_act_real``) it trains in a second process while stages 2-5 run, its output in
    ``<run>/act_real/stage.log``.
 6. ``tpo``: TPO fine-tuning of the aligned-sim policy in the calibrated sim.
-7. ``evaluate``: every policy (and the scripted expert) on the stand-in robot, on the same seeds,
-   with paired exact McNemar tests.
+7. ``perception_offset``: the estimator's constant bias on the robot's camera, measured on the
+   recorded demonstrations (where the gripper held the cup) against the sim's grasp offset
+   (:mod:`embodied_gym.perception.robot_offset`); a corrected copy of the estimator for the robot.
+8. ``evaluate``: every policy (and the scripted expert) on the stand-in robot, on the same seeds,
+   with paired exact McNemar tests. The sim-trained policies read the corrected estimator; ACT on
+   the stand-in demonstrations reads the one its demonstrations were recorded with (it learnt that
+   camera's bias with them).
 
 With ``observation: images`` (the GPU path) stage 0 is skipped, the policies are end-to-end image
 ACT, stage 3 trains VisAligner on paired real/sim episodes and stage 4 renders the calibrated sim's
@@ -41,7 +46,8 @@ from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.demo.cache import StageCache, StageRecord
 from embodied_gym.demo.config import DemoConfig
 
-STAGES = ["perception", "record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo", "evaluate"]
+STAGES = ["perception", "record", "calibrate", "visaligner", "generate", "act_aligned", "act_real", "tpo",
+          "perception_offset", "evaluate"]
 POLICIES = ("expert", "act_real", "act_aligned", "tpo")
 #: (first, second) policy pairs the report tests on the same evaluation seeds
 COMPARISONS = (("act_aligned", "act_real"), ("tpo", "act_aligned"))
@@ -174,7 +180,23 @@ def _tpo_pose_update(cfg: DemoConfig) -> str | None:
     return cfg.tpo.pose_update or cfg.evaluate.pose_update
 
 
-def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str]) -> dict:
+def stage_perception_offset(cfg: DemoConfig, task: str, folder: Path, estimator: str, robot_dataset: str,
+                            sim_dataset: str) -> dict:
+    from embodied_gym.perception.robot_offset import TooFewDemonstrations, corrected_estimator, fit_estimator_offset
+
+    try:
+        fit = fit_estimator_offset(estimator, robot_dataset, sim_dataset)
+    except TooFewDemonstrations as e:  # e.g. episodes cut before success: the policies read the estimate as is
+        return {"skipped": str(e)}
+    corrected_estimator(estimator, fit, folder / "model")
+    return {"model": str(folder / "model"), "correction_cm": [100 * v for v in fit.correction_xy],
+            "robot_episodes": fit.robot_episodes, "outliers": fit.outliers}
+
+
+def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str, str],
+                   estimators: dict[str, str] | None = None) -> dict:
+    """Every policy on the stand-in; ``estimators``: a pose estimator folder per policy name in place of
+    the one its data names."""
     import embodied_gym
     from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
     from embodied_gym.processes import cpu_count
@@ -186,7 +208,8 @@ def stage_evaluate(cfg: DemoConfig, task: str, folder: Path, policies: dict[str,
         res = evaluate_policy(policy, embodied_gym.env_id(task, real=True), e.episodes, e.seed,
                               out=str(folder / f"{name}.json"), videos=str(folder / f"{name}_videos"),
                               max_episode_steps=cfg.max_episode_steps, robot_config=cfg.robot_config,
-                              pose_update=e.pose_update, workers=e.workers or cpu_count())
+                              pose_update=e.pose_update, workers=e.workers or cpu_count(),
+                              pose_estimator=(estimators or {}).get(name))
         seeds[name] = successes_by_seed(res)
         out[name] = {"json": str(folder / f"{name}.json"), **{k: v for k, v in res.to_json().items()
                                                               if k in ("success_rate", "ci95", "episodes",
@@ -332,7 +355,8 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             pose = cfg.observation == "pose_estimate"
             robot = {"robot_config": cfg.robot_config, "camera_fps": cfg.camera_fps, "observation": cfg.observation}
             # how many processes run the episodes does not change them: not part of the keys
-            per_settings = {k: v for k, v in asdict(cfg.perception).items() if k != "workers"}
+            # (robot_offset is the perception_offset stage's setting)
+            per_settings = {k: v for k, v in asdict(cfg.perception).items() if k not in ("workers", "robot_offset")}
             per = stage("perception", per_settings if pose else {"skipped": True}, [],
                         lambda f: stage_perception(cfg, task, f) if pose else
                         {"skipped": "observation: images (the policies read the camera frames)"})
@@ -359,15 +383,22 @@ def _run(cfg: DemoConfig, run_dir: Path, rerun_from: str | None, t_start: float)
             tpo = stage("tpo", {**tpo_settings, "pose_update": _tpo_pose_update(cfg)},
                         ["act_aligned", "calibrate", "visaligner"],
                         lambda f: stage_tpo(cfg, task, f, act_aligned["policy"], cal["result"], vis.get("model")))
+            offset_on = pose and cfg.perception.robot_offset
+            off = stage("perception_offset", {"robot_offset": offset_on}, ["perception", "record", "generate"],
+                        lambda f: stage_perception_offset(cfg, task, f, estimator, rec["dataset"], gen["dataset"])
+                        if offset_on else {"skipped": "perception.robot_offset: false" if pose else
+                                           "observation: images"})
             act_real = wait("act_real", act_real)
             policies = {"expert": "expert", "act_real": act_real["policy"], "act_aligned": act_aligned["policy"],
                         "tpo": tpo["policy"]}
             if not cfg.evaluate.expert:
                 policies.pop("expert")
+            # the sim-trained policies learnt exact positions: they read the robot's corrected estimate
+            robot_estimators = {"act_aligned": off["model"], "tpo": off["model"]} if off.get("model") else {}
             ev_settings = {k: v for k, v in asdict(cfg.evaluate).items() if k != "workers"}
             ev = stage("evaluate", {**ev_settings, "robot_config": cfg.robot_config},
-                       ["act_real", "act_aligned", "tpo"],
-                       lambda f: stage_evaluate(cfg, task, f, policies))
+                       ["act_real", "act_aligned", "tpo", "perception_offset"],
+                       lambda f: stage_evaluate(cfg, task, f, policies, robot_estimators))
             paired = ev.get("_paired", [])
             ev = {k: v for k, v in ev.items() if not k.startswith("_")}
             if not cfg.evaluate.expert:

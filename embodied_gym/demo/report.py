@@ -171,6 +171,17 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
         parts.append(f"<p>Aligned-sim training data: {gen['episodes'] if 'episodes' in gen else ''} demonstrations in "
                      f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
                      f"{gen['sim_expert_success']:.0%}).</p>")
+        off = st.get("perception_offset", {}).get("outputs", {})
+        if off.get("model"):
+            dx, dy = off["correction_cm"]
+            parts.append(f"<p>The estimator's bias on the stand-in's camera, measured on the {off['robot_episodes']} "
+                         f"recorded demonstrations (where the gripper held the cup, from the joint encoders, against "
+                         f"the sim's grasp offset): corrected by ({dx:+.2f}, {dy:+.2f}) cm in (x, y). The sim-trained "
+                         f"policies read the corrected estimate; ACT on the stand-in demos reads the estimate its "
+                         f"demonstrations were recorded with.</p>")
+        elif off.get("skipped"):
+            parts.append(f"<p>The estimator's bias on the stand-in's camera was not corrected: "
+                         f"{html.escape(off['skipped'])}.</p>")
         parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
         parts.append(success_chart(task, t["evaluation"]))
         parts.append("<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th>"

@@ -10,23 +10,28 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
 - :func:`generate_frames`, :func:`write_episode`, :func:`load_frames` (data): frames with
   ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
   domain-randomised scene looks; :func:`generate_visaligner_frames`: the same episodes as a trained
-  VisAligner shows them (the aligned simulator's frames).
+  VisAligner shows them (the aligned simulator's frames); :class:`PoseFramesConfig` and
+  :func:`make_frames`: either, as one typed setting (``embodied-gym perception frames``).
 - :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate); ``visual_gap.measure_visual_gap``:
   the experiment that trains estimators on sim frames and measures them on a stand-in's camera.
+- :func:`fit_estimator_offset` and :func:`corrected_estimator` (robot_offset): the estimator's constant
+  bias on the robot's camera, measured on the robot's own demonstrations, and a corrected copy.
 - :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy;
   :class:`GroundTruthPoseWrapper`: the same entry from the simulator's true poses, for recording
   sim demonstrations with exact labels (the policy still runs on the estimate).
 """
 
 from embodied_gym.perception.configuration import PoseEstimatorConfig
-from embodied_gym.perception.data import (Frames, generate_frames, generate_visaligner_frames, load_frames, per_frame,
+from embodied_gym.perception.data import (Frames, PoseFramesConfig, estimator_config_of_frames, generate_frames,
+                                          generate_visaligner_frames, load_frames, make_frames, per_frame,
                                           randomized_look, write_episode)
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
+from embodied_gym.perception.robot_offset import corrected_estimator, fit_estimator_offset
 from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
 from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper
 
 __all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame",
-           "randomized_look",
+           "randomized_look", "PoseFramesConfig", "make_frames", "estimator_config_of_frames",
            "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper",
-           "GroundTruthPoseWrapper"]
+           "GroundTruthPoseWrapper", "fit_estimator_offset", "corrected_estimator"]

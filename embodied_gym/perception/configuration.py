@@ -68,6 +68,9 @@ class PoseEstimatorConfig:
         keypoints: number of spatial-softmax keypoints.
         hidden: width of the MLP head.
         centre, scale: per output, the normalisation (filled from the task's start ranges).
+        correction: per output, a constant added to every estimate (physical units; empty: none): a
+            camera's bias fitted on the robot's own demonstrations
+            (:func:`~embodied_gym.perception.robot_offset.fit_estimator_offset`).
     """
 
     task: str = "PickCup"
@@ -83,6 +86,7 @@ class PoseEstimatorConfig:
     hidden: int = 128
     centre: tuple[float, ...] = ()
     scale: tuple[float, ...] = ()
+    correction: tuple[float, ...] = ()
 
     def __post_init__(self):
         task = make_task(self.task)  # validates the name
@@ -124,6 +128,10 @@ class PoseEstimatorConfig:
         if len(self.centre) != self.output_dim or len(self.scale) != self.output_dim:
             raise ValueError(f"PoseEstimatorConfig.centre/scale need {self.output_dim} values "
                              f"({self.output_names}), got {len(self.centre)}/{len(self.scale)}")
+        self.correction = tuple(float(v) for v in self.correction)
+        if self.correction and len(self.correction) != self.output_dim:
+            raise ValueError(f"PoseEstimatorConfig.correction needs {self.output_dim} values ({self.output_names}) "
+                             f"or none, got {len(self.correction)}")
 
     # ------------------------------------------------------------------ outputs
     @property
@@ -164,6 +172,8 @@ class PoseEstimatorConfig:
     def denormalise(self, values: np.ndarray) -> np.ndarray:
         """Physical estimate from network outputs; each (cos, sin) pair is put back on the unit circle."""
         out = np.asarray(values, dtype=np.float64) * np.asarray(self.scale) + np.asarray(self.centre)
+        if self.correction:  # the camera's fitted bias (zero on the yaw components)
+            out = out + np.asarray(self.correction)
         names = self.output_names
         for j, n in enumerate(names):
             if n.endswith(".cos_yaw"):

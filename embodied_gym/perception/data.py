@@ -32,11 +32,13 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 
 from embodied_gym.atomic import atomic_path, write_json
+from embodied_gym.configs import setting
 from embodied_gym.sim.scene import SceneLook
 from embodied_gym.perception.configuration import PoseEstimatorConfig
 
@@ -436,4 +438,112 @@ def load_frames(folders: str | os.PathLike | Sequence[str | os.PathLike], config
     return Frames(np.concatenate(inputs), np.concatenate(poses), np.concatenate(episode))
 
 
-__all__ = ["generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame", "randomized_look", "Frames", "MANIFEST", "FrameTransform"]
+def estimator_config_of_frames(folder: str | os.PathLike) -> PoseEstimatorConfig:
+    """The :class:`PoseEstimatorConfig` whose input the frames of ``folder`` are (task, camera, frame size,
+    crop, input size, objects, from its ``frames.json``), the model's other settings at their defaults."""
+    manifest = Path(folder) / MANIFEST
+    if not manifest.exists():
+        raise FileNotFoundError(f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
+                                f"`embodied-gym perception frames --out {folder}`")
+    have = json.loads(manifest.read_text())
+    fields = PoseEstimatorConfig(task=have.get("task", PoseEstimatorConfig.task)).input_fields()
+    return PoseEstimatorConfig(**{k: have[k] for k in fields if k in have})
+
+
+@dataclass
+class PoseFramesConfig:
+    """Settings of :func:`make_frames` (``embodied-gym perception frames``): a frame folder of
+    scripted-expert episodes with their ground-truth poses, to train or measure a pose estimator on.
+
+    ``look`` decides what the frames look like: ``raw`` (the sim's own renders), ``randomized``
+    (each episode a randomised scene look, :func:`randomized_look`) or ``visaligner`` (the episodes
+    as a trained VisAligner model shows them: the paper's aligned-simulator frames, for an estimator
+    that runs on the real camera). The camera fields are those of the estimator to be trained.
+    """
+
+    out: str | None = setting(None, required=True, metavar="DIR", help="the frame folder (resumes: episodes already there are kept)")
+    task: str = setting(PoseEstimatorConfig.task, help="the task (its scripted expert and objects)")
+    episodes: int = setting(60, help="expert episodes, one per seed")
+    seed: int = setting(0, help="seed of the first episode (its layout is drawn from it; the others follow)")
+    look: Literal["raw", "randomized", "visaligner"] = setting(
+        "raw", help="raw: the sim's renders; randomized: a randomised scene look per episode; visaligner: the "
+                    "episodes as --visaligner-model shows them")
+    visaligner_model: str | None = setting(None, metavar="DIR", help="look visaligner: the VisAligner model folder (visaligner "
+                                                      "train's OUT/model)")
+    reference: str | None = setting(None, metavar="FILE", help="look visaligner: the real camera frame every episode starts from (an "
+                                               "image, or the dataset recorded on the robot: its first frame)")
+    visaligner_steps: int | None = setting(None, help="look visaligner: denoising steps (default: the model's)")
+    env: str | None = setting(None, metavar="ID", help="the env id the episodes run in (default: the task's sim id; a -Real- id "
+                                         "films the stand-in's camera with its reported poses, to measure on)")
+    physics: str | None = setting(None, metavar="FILE", help="sim ids: a calibration result JSON (calibrate's output): the "
+                                             "calibrated sim")
+    robot_config: str | None = setting(None, metavar="FILE", help="-Real- ids: the stand-in robot config (another world)")
+    frame_stride: int = setting(4, help="keep the frame of every this many control steps (look visaligner: the "
+                                        "model's own stride is used)")
+    layouts_per_episode: int = setting(0, help="raw/randomized: after each episode this many reset frames of fresh "
+                                               "cup layouts (cheap variety)")
+    camera: str = setting(PoseEstimatorConfig.camera, help="the camera the estimator reads")
+    frame_size: tuple[int, int] = setting(PoseEstimatorConfig.frame_size, metavar=("H", "W"),
+                                          help="the camera frame size (the env's image_size)")
+    crop: tuple[float, float, float, float] = setting(PoseEstimatorConfig.crop,
+                                                      metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+                                                      help="the table region, fractions of the frame")
+    input_size: tuple[int, int] = setting(PoseEstimatorConfig.input_size, metavar=("H", "W"),
+                                          help="the size the crop is resized to (the network's input)")
+    workers: int = setting(1, help="raw/randomized: processes that run the episodes")
+    device: str = setting("cpu", help="look visaligner: the torch device VisAligner runs on")
+    progress: bool = setting(True, cli=False, help="show a tqdm bar")
+
+    def estimator_config(self) -> PoseEstimatorConfig:
+        return PoseEstimatorConfig(task=self.task, camera=self.camera, frame_size=self.frame_size, crop=self.crop,
+                                   input_size=self.input_size)
+
+
+def make_frames(cfg: PoseFramesConfig) -> list[Path]:
+    """The frame folder ``cfg`` describes (:func:`generate_frames` or :func:`generate_visaligner_frames`);
+    returns its episode files. Resumes: episodes already in ``cfg.out`` are kept.
+
+    Raises:
+        ValueError: a setting that does not fit the look or the env (named with its flag and the fix).
+    """
+    import embodied_gym
+
+    estimator = cfg.estimator_config()
+    env_id = cfg.env or embodied_gym.env_id(cfg.task)
+    real = embodied_gym.parse_env_id(env_id).real
+    if cfg.episodes < 1:
+        raise ValueError(f"--episodes must be at least 1, got {cfg.episodes}")
+    if real and cfg.physics:
+        raise ValueError(f"--physics calibrates a sim; {env_id} is a -Real- id (drop --physics, or pass a sim --env)")
+    if cfg.robot_config and not real:
+        raise ValueError(f"--robot-config configures a stand-in robot; {env_id} is a sim id (pass its -Real- id as "
+                         f"--env, e.g. {embodied_gym.env_id(cfg.task, real=True)})")
+    env_kwargs = {k: v for k, v in (("physics", cfg.physics), ("robot_config", cfg.robot_config)) if v}
+    seeds = range(cfg.seed, cfg.seed + cfg.episodes)
+    if cfg.look == "visaligner":
+        if not cfg.visaligner_model or not cfg.reference:
+            raise ValueError("--look visaligner needs --visaligner-model (visaligner train's OUT/model) and "
+                             "--reference (a real camera frame, or the dataset recorded on the robot)")
+        if real:
+            raise ValueError(f"--look visaligner renders sim episodes; {env_id} is a -Real- id (the robot's camera "
+                             f"needs no VisAligner: use --look raw)")
+        from embodied_gym.visaligner.generate import reference_image
+
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
+        reference = reference_image(cfg.reference, estimator.camera, out / "reference.png")
+        return generate_visaligner_frames(out, estimator, seeds, cfg.visaligner_model, str(reference), env_id=env_id,
+                                          env_kwargs=env_kwargs or None, num_inference_steps=cfg.visaligner_steps,
+                                          device=cfg.device, progress=cfg.progress)
+    if cfg.visaligner_model or cfg.reference:
+        raise ValueError(f"--visaligner-model and --reference are for --look visaligner (got --look {cfg.look})")
+    if cfg.look == "randomized" and real:
+        raise ValueError(f"--look randomized changes the sim's scene; {env_id} is a -Real- id (use --look raw)")
+    return generate_frames(cfg.out, estimator, seeds, env_id=env_id, frame_stride=cfg.frame_stride,
+                           env_kwargs=env_kwargs or None, look=randomized_look if cfg.look == "randomized" else None,
+                           layouts_per_episode=cfg.layouts_per_episode, progress=cfg.progress, workers=cfg.workers)
+
+
+__all__ = ["generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame",
+           "randomized_look", "Frames", "MANIFEST", "FrameTransform", "PoseFramesConfig", "make_frames",
+           "estimator_config_of_frames"]

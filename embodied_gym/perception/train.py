@@ -1,7 +1,8 @@
 """Training a pose estimator on frame folders: one readable loop (CleanRL style).
 
-``train_pose_estimator(PoseTrainConfig(data=[...], out=...), PoseEstimatorConfig(task=...))`` splits
-the frames by episode into train and validation sets (consecutive frames of one episode are nearly
+``train_pose_estimator(PoseTrainConfig(data=[...], out=...))`` (``embodied-gym perception train --data DIR
+[DIR ...] --out OUT``; the model's input is the frames', a :class:`PoseEstimatorConfig` as the second argument
+sets the rest of the model) splits the frames by episode into train and validation sets (consecutive frames of one episode are nearly
 identical, so a frame-level split would flatter the validation error), trains with AdamW and a
 cosine learning-rate decay on the smooth-L1 loss of the normalised targets plus a keypoint loss
 (keypoint ``k`` onto object ``k``'s projection in the image, :func:`keypoint_positions`), validates every
@@ -34,7 +35,7 @@ from embodied_gym.atomic import atomic_path, write_json
 from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import setting
 from embodied_gym.perception.configuration import CONFIG_NAME, PoseEstimatorConfig
-from embodied_gym.perception.data import load_frames
+from embodied_gym.perception.data import estimator_config_of_frames, load_frames
 from embodied_gym.perception.evaluate import errors_from_estimates, predict_inputs
 from embodied_gym.perception.modeling import PoseEstimator
 
@@ -43,8 +44,9 @@ from embodied_gym.perception.modeling import PoseEstimator
 class PoseTrainConfig:
     """Settings of :func:`train_pose_estimator`."""
 
-    data: list[str] = setting(default_factory=list, help="frame folders to train on (generate_frames output)")
-    out: str = setting("outputs/perception", help="output folder (checkpoints, model, metrics, loss.png)")
+    data: list[str] = setting(default_factory=list, required=True, metavar="DIR",
+                              help="frame folders to train on together (perception frames' output)")
+    out: str = setting("outputs/perception", metavar="DIR", help="output folder (checkpoints, model, metrics, loss.png)")
     steps: int = setting(1500, help="optimisation steps")
     batch_size: int = setting(32, help="frames per step")
     lr: float = setting(2e-3, help="peak learning rate (cosine decay to 5 %% of it)")
@@ -173,14 +175,23 @@ def _plot(history: dict, path: Path) -> None:
 def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | None = None) -> PoseTrainResult:
     """Train a :class:`PoseEstimator` on ``cfg.data`` (see the module docstring).
 
-    ``estimator`` defines the model; on resume the checkpoint's config is used and must agree.
+    ``estimator`` defines the model (default: the input of the first frame folder, from its
+    ``frames.json``, the model's other settings at their defaults); on resume the checkpoint's config
+    is used and must agree.
+
+    Raises:
+        ValueError: no frame folders; ``cfg.out`` holds checkpoints and ``cfg.resume`` is off (they
+            would be overwritten).
     """
     from tqdm.auto import tqdm
 
     if not cfg.data:
-        raise ValueError("PoseTrainConfig.data is empty: pass the frame folders to train on")
+        raise ValueError("PoseTrainConfig.data is empty: pass the frame folders to train on (--data DIR [DIR ...])")
     out = Path(cfg.out)
     store = CheckpointStore(out, unit="step")
+    if not cfg.resume and store.latest() is not None:
+        raise ValueError(f"{out} already holds a pose estimator's checkpoints; pass --resume to continue it, or "
+                         f"another --out")
     last = store.latest() if cfg.resume else None
     if last is not None:
         saved = PoseEstimatorConfig.from_json(last.path / CONFIG_NAME)
@@ -188,7 +199,7 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             raise ValueError(f"{last.path} was trained with another PoseEstimatorConfig; use another --out or "
                              f"resume without changing the model")
         estimator = saved
-    estimator = estimator or PoseEstimatorConfig()
+    estimator = estimator or estimator_config_of_frames(cfg.data[0])
 
     frames = load_frames(cfg.data, estimator)
     targets = estimator.normalise(estimator.targets(frames.poses)).astype(np.float32)
