@@ -2,7 +2,7 @@
 
 An estimator trained in the sim reads the robot's camera with a bias that is nearly constant over the
 table (the camera's pose and lens differ a little from the sim's): on the stand-in about 1 cm, as large
-as the grasp's tolerance (BENCHMARKS.md, "The demo: a camera bias the robot's demos measure"). The
+as the grasp's tolerance (BENCHMARKS.md, "A camera bias the robot's demonstrations measure"). The
 demonstrations recorded on the robot already say where the object was, without any sensor the robot
 lacks: at the first successful frame of a PickCup demonstration the cup is in the gripper, so its
 position is the tool centre point's (``observation.ee_pose``, forward kinematics of the joint encoders)
