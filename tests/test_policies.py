@@ -156,6 +156,27 @@ def test_eval_expert_on_real_id_via_cli(tmp_path):
     assert a.per_episode[0].ret == b.per_episode[0].ret and a.success_rate == 1.0
 
 
+def test_eval_cli_compare_runs_the_paired_test_against_another_output(tmp_path, capsys):
+    """``eval --compare`` pairs this evaluation with another ``--out`` file seed by seed; a file that is
+    missing or not an eval output is refused before any episode runs."""
+    from embodied_gym.cli import main
+
+    other = tmp_path / "other.json"
+    # the expert succeeds on these seeds; the other file says seed 3 failed and seed 4 did not run
+    other.write_text(json.dumps({"per_episode": [{"seed": 2, "success": True}, {"seed": 3, "success": False}]}))
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "3", "--seed", "2",
+                 "--compare", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "on 2 common seeds: 100% vs 50%, only this / only that 1 / 0, exact McNemar p = 1" in out
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0",
+                 "--compare", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text(json.dumps({"success_rate": 1.0}))
+    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0",
+                 "--compare", str(tmp_path / "bad.json")]) == 2
+    assert "bad.json: not an `embodied-gym eval --out` JSON" in capsys.readouterr().err
+
+
 def test_eval_in_worker_processes_gives_the_episodes_of_one_process(tmp_path):
     """``evaluate_policy(workers=2)`` (``eval --workers 2``) runs the same episodes: each depends only on
     its seed, on the stand-in too (its noise restarts with the scene)."""

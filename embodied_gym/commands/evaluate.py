@@ -39,12 +39,32 @@ def add_arguments(p) -> None:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes that run the episodes, one torch thread each (the per-episode results do not "
                         "change; default 1: this process)")
+    p.add_argument("--compare", metavar="JSON",
+                   help="another `eval --out` file on the same seeds (another policy, or this one with another "
+                        "--pose-estimator): print the exact paired McNemar test between the two")
     p.add_argument("--json", action="store_true", help="also print the summary as JSON")
 
 
-def run(args) -> int:
-    from embodied_gym.policies.evaluate import evaluate_policy
+def _read_comparison(path: str) -> dict[int, bool]:
+    """``{seed: success}`` of an ``eval --out`` file, checked before any episode runs."""
+    from pathlib import Path
 
+    from embodied_gym.policies.evaluate import successes_by_seed
+
+    try:
+        data = json.loads(Path(path).read_text())
+        return successes_by_seed(data)
+    except FileNotFoundError:
+        raise ValueError(f"--compare {path}: no such file (an `embodied-gym eval --out` JSON)") from None
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"--compare {path}: not an `embodied-gym eval --out` JSON with per-episode seeds and "
+                         f"successes ({type(e).__name__}: {e})") from None
+
+
+def run(args) -> int:
+    from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
+
+    other = _read_comparison(args.compare) if args.compare else None
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
@@ -62,6 +82,10 @@ def run(args) -> int:
     print(r.summary())
     if args.out:
         print(f"per-episode results: {args.out}")
+    if other is not None:
+        c = paired_comparison(successes_by_seed(r), other)
+        print(f"paired with {args.compare} on {c.n} common seeds: {c.rate_a:.0%} vs {c.rate_b:.0%}, only this / only "
+              f"that {c.only_a} / {c.only_b}, exact McNemar p = {c.p_value:.3g}")
     if args.json:
         print(json.dumps({k: v for k, v in r.to_json().items() if k != "per_episode"}))
     return 0
