@@ -32,6 +32,11 @@ class ACTPreset:
     steps: int
     image_size: tuple[int, int] | None  # (H, W) images are resized to; None = as recorded
     vision_backbone: str = "resnet18"
+    #: ACT's conditional-VAE objective (a style latent from a transformer over the action chunk). With
+    #: scripted demonstrations the latent collapses (its KL term falls to ~1e-6 of the loss within a few
+    #: thousand steps), so the VAE encoder's forward and backward pass is spent on nothing; False drops it
+    #: (LeRobot ``ACTConfig.use_vae``; the latent is then zero, as at inference)
+    use_vae: bool = True
     #: "constant" (ACT's) or "cosine": a linear warm-up over ``warmup_steps`` (at most a tenth of ``steps``),
     #: then a cosine decay to 0 at ``steps`` (so a run resumed to more steps follows another curve from the
     #: resume on)
