@@ -34,7 +34,7 @@ class ACTPreset:
     vision_backbone: str = "resnet18"
     #: ACT's conditional-VAE objective (a style latent from a transformer over the action chunk). With
     #: scripted demonstrations the latent collapses (its KL term falls to ~1e-6 of the loss within a few
-    #: thousand steps), so the VAE encoder's forward and backward pass is spent on nothing; False drops it
+    #: thousand steps) and the VAE encoder is about half of a state-only step's compute; False drops it
     #: (LeRobot ``ACTConfig.use_vae``; the latent is then zero, as at inference)
     use_vae: bool = True
     #: "constant" (ACT's) or "cosine": a linear warm-up over ``warmup_steps`` (at most a tenth of ``steps``),
