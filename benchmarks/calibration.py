@@ -35,17 +35,18 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import yaml
 
-import embodied_gym  # noqa: E402
-from embodied_gym.atomic import atomic_path, write_json, write_text  # noqa: E402
-from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams  # noqa: E402
-from embodied_gym.physaligner.calibrate import METHODS, split_episodes  # noqa: E402
-from embodied_gym.physaligner.space import ParameterSpace, get_value  # noqa: E402
+import embodied_gym
+from embodied_gym.atomic import atomic_path, write_json, write_text
+from embodied_gym.physaligner.calibrate import METHODS, split_episodes
+from embodied_gym.physaligner.space import ParameterSpace, get_value
+from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 
 ROBOTS = os.path.join(os.path.dirname(embodied_gym.__file__), "robots")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,12 +58,13 @@ def world_config(world: str) -> str:
 
 def hidden(world: str) -> PhysicsParams:
     """The world's true parameter values with its true delay and arm-joint backlash."""
-    s = yaml.safe_load(open(world_config(world)))
+    s = yaml.safe_load(Path(world_config(world)).read_text())
     eff = s.get("effects", {})
     backlash = dict.fromkeys(ARM_JOINT_NAMES, 0.0)
     backlash.update({j: float(v) for j, v in eff.get("backlash", {}).items() if j in backlash})
-    return PhysicsParams.from_dict(dict(s.get("physics", {}), latency_steps=int(eff.get("latency_steps", 0)),
-                                        backlash=backlash))
+    return PhysicsParams.from_dict(
+        dict(s.get("physics", {}), latency_steps=int(eff.get("latency_steps", 0)), backlash=backlash)
+    )
 
 
 def record_dataset(root: str, episodes: int, world: str) -> None:
@@ -72,25 +74,32 @@ def record_dataset(root: str, episodes: int, world: str) -> None:
 
     eid = embodied_gym.env_id("PickCup", real=True)
     env = gym.make(eid, obs_type="state", realtime=False, robot_config=world_config(world))
-    record(env, embodied_gym.make_expert(env), root, episodes, env_id=eid, progress=True,
-           resume=os.path.exists(root))
+    record(env, embodied_gym.make_expert(env), root, episodes, env_id=eid, progress=True, resume=os.path.exists(root))
     env.close()
 
 
 def result_space(r: dict, latency: int) -> ParameterSpace:
     """The space a result's θ snapshots live in (its bounds, frozen set and delay)."""
-    return ParameterSpace(PhysicsParams(latency_steps=latency), {n: tuple(b) for n, b in r["bounds"].items()},
-                          r["frozen"])
+    return ParameterSpace(
+        PhysicsParams(latency_steps=latency), {n: tuple(b) for n, b in r["bounds"].items()}, r["frozen"]
+    )
 
 
 def parameter_report(values: PhysicsParams, truth: PhysicsParams, free: list[str], loose: set[str]) -> dict:
     cont = [n for n in free if not n.startswith("backlash.") and n not in loose]
-    rel = [abs(get_value(values, n) - get_value(truth, n)) / abs(get_value(truth, n)) for n in cont
-           if get_value(truth, n) != 0]
+    rel = [
+        abs(get_value(values, n) - get_value(truth, n)) / abs(get_value(truth, n))
+        for n in cont
+        if get_value(truth, n) != 0
+    ]
     bl = [abs(get_value(values, n) - get_value(truth, n)) for n in free if n.startswith("backlash.")]
-    return {"median_rel_error_identifiable": float(np.median(rel)) if rel else None, "identifiable": cont,
-            "backlash_mean_abs_error_rad": float(np.mean(bl)) if bl else None,
-            "latency_found": values.latency_steps, "latency_true": truth.latency_steps}
+    return {
+        "median_rel_error_identifiable": float(np.median(rel)) if rel else None,
+        "identifiable": cont,
+        "backlash_mean_abs_error_rad": float(np.mean(bl)) if bl else None,
+        "latency_found": values.latency_steps,
+        "latency_true": truth.latency_steps,
+    }
 
 
 def run_row(world: str, row: str, args, dataset: str, held, free: list[str], truth: PhysicsParams) -> dict:
@@ -99,21 +108,46 @@ def run_row(world: str, row: str, args, dataset: str, held, free: list[str], tru
     evaluate = ReplayObjective(held, "PickCup", ParameterSpace())
     out: dict = {"world": world, "row": row}
     if row in ("nominal", "oracle values", "oracle + effects"):
-        physics = {"nominal": PhysicsParams(),
-                   "oracle values": PhysicsParams.from_dict({**truth.to_dict(), "latency_steps": 0,
-                                                             "backlash": [0.0] * 12}),
-                   "oracle + effects": truth}[row]
-        out.update(held_out=evaluate.errors_of(physics), wall_time_s=0.0,
-                   parameters=parameter_report(physics, truth, free, set()))
+        physics = {
+            "nominal": PhysicsParams(),
+            "oracle values": PhysicsParams.from_dict({**truth.to_dict(), "latency_steps": 0, "backlash": [0.0] * 12}),
+            "oracle + effects": truth,
+        }[row]
+        out.update(
+            held_out=evaluate.errors_of(physics),
+            wall_time_s=0.0,
+            parameters=parameter_report(physics, truth, free, set()),
+        )
     else:
         path = os.path.join(args.work, world, f"{row}.json")
-        cmd = [sys.executable, "-m", "embodied_gym.cli", "calibrate", "--dataset", dataset, "--task", "PickCup",
-               "--method", row, "--out", path, "--budget", str(args.budget), "--held-out", str(args.held_out_share),
-               "--seed", "0", "--sa-steps", str(args.sa_steps), "--workers", "1"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "embodied_gym.cli",
+            "calibrate",
+            "--dataset",
+            dataset,
+            "--task",
+            "PickCup",
+            "--method",
+            row,
+            "--out",
+            path,
+            "--budget",
+            str(args.budget),
+            "--held-out",
+            str(args.held_out_share),
+            "--seed",
+            "0",
+            "--sa-steps",
+            str(args.sa_steps),
+            "--workers",
+            "1",
+        ]
         print("$", " ".join(cmd), flush=True)
         t = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=ROOT)
-        r = json.load(open(path))
+        r = json.loads(Path(path).read_text())
         physics = PhysicsParams.from_dict(r["values"])
         loose = set(r.get("unconstrained") or [])
         raw = PhysicsParams.from_dict(r["method_result"]["values"])
@@ -122,14 +156,22 @@ def run_row(world: str, row: str, args, dataset: str, held, free: list[str], tru
         for t_, theta in r["snapshots"]:
             e = evaluate.errors_of(space.to_physics(space.denormalise(np.asarray(theta))))
             curve.append((t_, e["translation_error_m"], e["rotation_error_rad"]))
-        out.update(held_out=r["held_out_errors"]["after"], method_result_held_out=r["method_result"]["held_out_errors"],
-                   improved=r["acceptance"]["improved"], message=r["acceptance"]["message"],
-                   wall_time_s=r["wall_time_s"]["total"], stage_times_s=r["wall_time_s"],
-                   process_wall_s=time.perf_counter() - t, unconstrained=sorted(loose),
-                   parameters=parameter_report(physics, truth, free, loose),
-                   method_result_parameters=parameter_report(raw, truth, free, loose),
-                   latency_profile=r["latency_steps"]["profile"], curve=curve,
-                   evaluations=r["logs"].get("evaluations"), result=os.path.abspath(path))
+        out.update(
+            held_out=r["held_out_errors"]["after"],
+            method_result_held_out=r["method_result"]["held_out_errors"],
+            improved=r["acceptance"]["improved"],
+            message=r["acceptance"]["message"],
+            wall_time_s=r["wall_time_s"]["total"],
+            stage_times_s=r["wall_time_s"],
+            process_wall_s=time.perf_counter() - t,
+            unconstrained=sorted(loose),
+            parameters=parameter_report(physics, truth, free, loose),
+            method_result_parameters=parameter_report(raw, truth, free, loose),
+            latency_profile=r["latency_steps"]["profile"],
+            curve=curve,
+            evaluations=r["logs"].get("evaluations"),
+            result=os.path.abspath(path),
+        )
     evaluate.close()
     out["load_average"] = os.getloadavg()
     return out
@@ -155,15 +197,20 @@ def main() -> int:
     setup = {}
     for world in args.worlds:
         dataset = os.path.abspath(f"runs/bench/standin_{world}_pickcup_{args.episodes}")
-        if not os.path.exists(os.path.join(dataset, "meta", "info.json")) or \
-                len(load_episodes(dataset)) < args.episodes:
+        if (
+            not os.path.exists(os.path.join(dataset, "meta", "info.json"))
+            or len(load_episodes(dataset)) < args.episodes
+        ):
             record_dataset(dataset, args.episodes, world)
         episodes = load_episodes(dataset)[: args.episodes]
         fit, held = split_episodes(episodes, args.held_out_share, 0)
         assert len(held) == args.held_out, (len(held), args.held_out)
         setup[world] = (dataset, held, default_free(fit), hidden(world))
-        print(f"{world}: {len(fit)} fit / {len(held)} held-out episodes; default free set {len(setup[world][2])} "
-              f"parameters; true delay {setup[world][3].latency_steps}", flush=True)
+        print(
+            f"{world}: {len(fit)} fit / {len(held)} held-out episodes; default free set {len(setup[world][2])} "
+            f"parameters; true delay {setup[world][3].latency_steps}",
+            flush=True,
+        )
 
     order = [(w, r) for w in args.worlds for r in ("nominal", "oracle values", "oracle + effects")]
     order += [(w, m) for m in args.methods for w in args.worlds]
@@ -171,7 +218,7 @@ def main() -> int:
     for world, row in order:
         path = os.path.join(args.work, world, f"row-{row.replace(' ', '_').replace('+', 'and')}.json")
         if os.path.exists(path):
-            rows[world][row] = json.load(open(path))
+            rows[world][row] = json.loads(Path(path).read_text())
             continue
         print(f"--- {world}: {row}", flush=True)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -179,8 +226,16 @@ def main() -> int:
         write_json(path, res)
         rows[world][row] = res
 
-    summary = {"worlds": args.worlds, "episodes": args.episodes, "held_out": args.held_out, "budget_s": args.budget,
-               "sa_steps": args.sa_steps, "rows": rows, "cpus": os.cpu_count(), "command": " ".join(sys.argv)}
+    summary = {
+        "worlds": args.worlds,
+        "episodes": args.episodes,
+        "held_out": args.held_out,
+        "budget_s": args.budget,
+        "sa_steps": args.sa_steps,
+        "rows": rows,
+        "cpus": os.cpu_count(),
+        "command": " ".join(sys.argv),
+    }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     write_json(args.out, summary)
     plot(rows, args.figure)
@@ -199,11 +254,14 @@ def markdown(rows: dict) -> str:
     for world, rs in rows.items():
         nominal = rs["nominal"]["held_out"]["translation_error_m"]
         floor = rs["oracle + effects"]["held_out"]["translation_error_m"]
-        lines += [f"### World `{world}`", "",
-                  "| row | held-out TCP translation (cm) | × nominal | × floor | rotation (rad) | arm joint RMSE (rad) "
-                  "| method's own result (cm) | delay found / true | param. error, median rel. (identifiable) "
-                  "| backlash error (mrad) | wall time (s) |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"### World `{world}`",
+            "",
+            "| row | held-out TCP translation (cm) | × nominal | × floor | rotation (rad) | arm joint RMSE (rad) "
+            "| method's own result (cm) | delay found / true | param. error, median rel. (identifiable) "
+            "| backlash error (mrad) | wall time (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in rs.items():
             e, pr = r["held_out"], r["parameters"]
             own = r.get("method_result_held_out")
@@ -215,7 +273,8 @@ def markdown(rows: dict) -> str:
                 f"| {pr['latency_found']} / {pr['latency_true']} "
                 f"| {_fmt(pr['median_rel_error_identifiable'], '.1%')} ({len(pr['identifiable'])}) "
                 f"| {_fmt(pr['backlash_mean_abs_error_rad'] and pr['backlash_mean_abs_error_rad'] * 1000, '.2f')} "
-                f"| {r['wall_time_s']:.0f} |")
+                f"| {r['wall_time_s']:.0f} |"
+            )
         lines.append("")
         lines += _time_to_reach(rs)
     return "\n".join(lines)
@@ -233,9 +292,15 @@ def _time_to_reach(rs: dict, method: str = "physaligner") -> list[str]:
             continue
         target = r["held_out"]["translation_error_m"]
         hit = next((c[0] for c in curve if c[1] <= target), None)
-        out.append(f"- {method} reached {other}'s final held-out error ({target * 100:.3f} cm, after "
-                   f"{r['wall_time_s']:.0f} s) " + (f"after {hit:.0f} s ({hit / r['wall_time_s']:.2f}x its time)"
-                                                   if hit is not None else "never within its budget"))
+        out.append(
+            f"- {method} reached {other}'s final held-out error ({target * 100:.3f} cm, after "
+            f"{r['wall_time_s']:.0f} s) "
+            + (
+                f"after {hit:.0f} s ({hit / r['wall_time_s']:.2f}x its time)"
+                if hit is not None
+                else "never within its budget"
+            )
+        )
     return out + [""]
 
 
@@ -259,8 +324,11 @@ def plot(rows: dict, path: str) -> None:
             final = r["held_out"]["translation_error_m"] * 100
             ax.plot([t_end], [final], "o", color=ax.lines[-1].get_color())
         ax.set_xscale("log")
-        ax.set(xlabel="wall time (s, log)", ylabel="held-out TCP translation error (cm)",
-               title=f"stand-in world '{world}' (PickCup)")
+        ax.set(
+            xlabel="wall time (s, log)",
+            ylabel="held-out TCP translation error (cm)",
+            title=f"stand-in world '{world}' (PickCup)",
+        )
         ax.legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

@@ -31,23 +31,33 @@ def tables(summary: dict) -> str:
             total += 0 if st["cached"] else st["wall_time_s"]
             where = " (in a background process, beside the stages after record)" if st.get("background") else ""
             lines.append(f"| {name}{where} | {st['wall_time_s'] / 60:.1f} min | {'yes' if st['cached'] else 'no'} |")
-        lines += [f"| sum of the stage times (this run) | {total / 60:.1f} min | |", "",
-                  "| policy | success on the stand-in (95 % CI) | episodes | mean return | paper (real robot) |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            f"| sum of the stage times (this run) | {total / 60:.1f} min | |",
+            "",
+            "| policy | success on the stand-in (95 % CI) | episodes | mean return | paper (real robot) |",
+            "|---|---|---|---|---|",
+        ]
         for name, ev in rec["evaluation"].items():
             lo, hi = ev["ci95"]
             # the paper's real-robot rows: real-data ACT (three views) and the aligned-sim policy after RL
             paper = dict(zip(("act_real", "tpo"), PAPER.get(task, ()))).get(name)
             ret = "-" if ev.get("mean_return") is None else f"{ev['mean_return']:.1f}"
             label = LABELS.get(name, name) + (" (its recorded demos)" if ev.get("source") else "")
-            lines.append(f"| {label} | {ev['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {ev['episodes']} | {ret} | "
-                         f"{'-' if paper is None else f'{paper} %'} |")
+            lines.append(
+                f"| {label} | {ev['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {ev['episodes']} | {ret} | "
+                f"{'-' if paper is None else f'{paper} %'} |"
+            )
         if rec.get("paired"):
-            lines += ["", "| paired comparison (same seeds) | rates | only first / only second | exact McNemar p |",
-                      "|---|---|---|---|"]
+            lines += [
+                "",
+                "| paired comparison (same seeds) | rates | only first / only second | exact McNemar p |",
+                "|---|---|---|---|",
+            ]
             for c in rec["paired"]:
-                lines.append(f"| {LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])} | {c['rate_a']:.0%} vs "
-                             f"{c['rate_b']:.0%} (n = {c['n']}) | {c['only_a']} / {c['only_b']} | {c['p_value']:.3g} |")
+                lines.append(
+                    f"| {LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])} | {c['rate_a']:.0%} vs "
+                    f"{c['rate_b']:.0%} (n = {c['n']}) | {c['only_a']} / {c['only_b']} | {c['p_value']:.3g} |"
+                )
         lines.append("")
     lines.append(f"Whole run (process wall time, cached stages included): {summary['wall_time_s'] / 60:.1f} min")
     return "\n".join(lines)

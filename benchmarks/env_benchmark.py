@@ -16,14 +16,14 @@ import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import gymnasium as gym  # noqa: E402
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
+import gymnasium as gym
+import mujoco
+import numpy as np
 
-import embodied_gym  # noqa: E402
-from embodied_gym.sim import robot  # noqa: E402
-from embodied_gym.sim.scene import N_SUBSTEPS  # noqa: E402
-from embodied_gym.sim.tasks import TASKS  # noqa: E402
+import embodied_gym
+from embodied_gym.sim import robot
+from embodied_gym.sim.scene import N_SUBSTEPS
+from embodied_gym.sim.tasks import TASKS
 
 
 def steps_per_second(fn, n: int, repeats: int = 3) -> float:
@@ -89,11 +89,14 @@ def bench_state(task: str = "PickCup", repeats: int = 9) -> dict:
         raw_times.append(elapsed)
     env.close()
     ratios = np.array(env_times) / np.array(raw_times)
-    return {"env_state_steps_per_s": n / float(np.median(env_times)),
-            "raw_mj_step_control_steps_per_s": n / float(np.median(raw_times)),
-            "env_overhead_pct": 100 * (float(np.median(ratios)) - 1),
-            "env_overhead_pct_range": [100 * (float(ratios.min()) - 1), 100 * (float(ratios.max()) - 1)],
-            "replayed_steps": n, "repeats": repeats}
+    return {
+        "env_state_steps_per_s": n / float(np.median(env_times)),
+        "raw_mj_step_control_steps_per_s": n / float(np.median(raw_times)),
+        "env_overhead_pct": 100 * (float(np.median(ratios)) - 1),
+        "env_overhead_pct_range": [100 * (float(ratios.min()) - 1), 100 * (float(ratios.max()) - 1)],
+        "replayed_steps": n,
+        "repeats": repeats,
+    }
 
 
 def bench_pixels(n: int) -> dict:
@@ -121,8 +124,11 @@ def bench_pixels(n: int) -> dict:
 
     theirs = steps_per_second(aloha_step, max(20, n // 10), repeats=2)
     aloha.close()
-    return {"env_1cam_240x320_steps_per_s": ours, "gym_aloha_transfer_cube_pixels_steps_per_s": theirs,
-            "speedup_vs_gym_aloha": ours / theirs}
+    return {
+        "env_1cam_240x320_steps_per_s": ours,
+        "gym_aloha_transfer_cube_pixels_steps_per_s": theirs,
+        "speedup_vs_gym_aloha": ours / theirs,
+    }
 
 
 def bench_experts(episodes: int) -> dict:
@@ -131,8 +137,12 @@ def bench_experts(episodes: int) -> dict:
     out = {}
     for task in TASKS:
         r = evaluate_policy("expert", embodied_gym.env_id(task), episodes, seed=0)
-        out[task] = {"success_rate": r.success_rate, "episodes": episodes, "mean_length": r.mean_length,
-                     "failed_seeds": [e.seed for e in r.per_episode if not e.success]}
+        out[task] = {
+            "success_rate": r.success_rate,
+            "episodes": episodes,
+            "mean_length": r.mean_length,
+            "failed_seeds": [e.seed for e in r.per_episode if not e.success],
+        }
     return out
 
 
@@ -147,24 +157,36 @@ def main():
     if args.overhead_only:
         r = bench_state(repeats=args.repeats)
         lo, hi = r["env_overhead_pct_range"]
-        print(f"env overhead over raw MuJoCo, state obs, PickCup ({r['replayed_steps']} steps, median of "
-              f"{r['repeats']} paired runs): {r['env_overhead_pct']:.1f} % (range {lo:.1f} to {hi:.1f} %); "
-              f"env {r['env_state_steps_per_s']:.0f} steps/s, raw {r['raw_mj_step_control_steps_per_s']:.0f}")
+        print(
+            f"env overhead over raw MuJoCo, state obs, PickCup ({r['replayed_steps']} steps, median of "
+            f"{r['repeats']} paired runs): {r['env_overhead_pct']:.1f} % (range {lo:.1f} to {hi:.1f} %); "
+            f"env {r['env_state_steps_per_s']:.0f} steps/s, raw {r['raw_mj_step_control_steps_per_s']:.0f}"
+        )
         return
-    res = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
-           "mujoco": mujoco.__version__, **bench_state(repeats=args.repeats), **bench_pixels(args.steps // 4),
-           "experts": bench_experts(args.episodes)}
+    res = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+        "mujoco": mujoco.__version__,
+        **bench_state(repeats=args.repeats),
+        **bench_pixels(args.steps // 4),
+        "experts": bench_experts(args.episodes),
+    }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=2)
     print("\n| measure | value |\n|---|---|")
     print(f"| env steps/s, state obs (PickCup, replaying expert episodes) | {res['env_state_steps_per_s']:.0f} |")
-    print(f"| raw `mj_step` x{N_SUBSTEPS} (same model, same 50 Hz control step) | {res['raw_mj_step_control_steps_per_s']:.0f} |")
+    print(
+        f"| raw `mj_step` x{N_SUBSTEPS} (same model, same 50 Hz control step) | {res['raw_mj_step_control_steps_per_s']:.0f} |"
+    )
     lo, hi = res["env_overhead_pct_range"]
-    print(f"| env overhead over raw MuJoCo (median of {res['repeats']} paired runs; range) | "
-          f"{res['env_overhead_pct']:.1f} % ({lo:.0f} to {hi:.0f} %) |")
+    print(
+        f"| env overhead over raw MuJoCo (median of {res['repeats']} paired runs; range) | "
+        f"{res['env_overhead_pct']:.1f} % ({lo:.0f} to {hi:.0f} %) |"
+    )
     print(f"| env steps/s, one 240x320 camera | {res['env_1cam_240x320_steps_per_s']:.0f} |")
-    print(f"| gym-aloha AlohaTransferCube-v0 pixels steps/s | {res['gym_aloha_transfer_cube_pixels_steps_per_s']:.1f} |")
+    print(
+        f"| gym-aloha AlohaTransferCube-v0 pixels steps/s | {res['gym_aloha_transfer_cube_pixels_steps_per_s']:.1f} |"
+    )
     print(f"| speed-up vs gym-aloha | {res['speedup_vs_gym_aloha']:.1f}x |")
     print("\n| task | expert success | episodes | mean length (steps) |\n|---|---|---|---|")
     for task, r in res["experts"].items():

@@ -35,14 +35,14 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import gymnasium as gym
+import numpy as np
+import torch
 
-from embodied_gym.atomic import write_json  # noqa: E402
-from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, true_pose_entry  # noqa: E402
-from embodied_gym.policies.evaluate import paired_comparison  # noqa: E402
-from embodied_gym.policies.loading import load_agent, make_env_for  # noqa: E402
+from embodied_gym.atomic import write_json
+from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, true_pose_entry
+from embodied_gym.policies.evaluate import paired_comparison
+from embodied_gym.policies.loading import load_agent, make_env_for
 
 BIN = 10  # control steps per row of the error table
 REST_Z = 0.005  # m: the cup counts as resting on the table below this height
@@ -97,11 +97,14 @@ def run(args) -> dict:
             seed = args.seed + i
             agent.reset()
             obs, info = env.reset(seed=seed)
+            first = held = None  # set at step 0 by the feeds that hold an estimate
             while True:
                 true = np.asarray(info["object_poses"]["cup"][:3], np.float32)
                 est = obs[KEY]
                 if true[2] < REST_Z:
-                    errors.append((info["step"], float(np.linalg.norm(est[:2] - true[:2])), float(abs(est[2] - true[2]))))
+                    errors.append(
+                        (info["step"], float(np.linalg.norm(est[:2] - true[:2])), float(abs(est[2] - true[2])))
+                    )
                 if args.feed == "truth":
                     fed = {**obs, KEY: obs[TRUTH_KEY]}
                 elif args.feed == "first":  # the first frame's estimate, before any arm moves, held throughout
@@ -119,8 +122,11 @@ def run(args) -> dict:
                 if terminated or truncated:
                     break
             successes[seed] = bool(info.get("is_success"))
-            print(f"episode {i + 1}/{args.episodes}: {'success' if successes[seed] else 'failure'} "
-                  f"({np.mean(list(successes.values())):.0%} so far, {time.time() - t0:.0f} s)", flush=True)
+            print(
+                f"episode {i + 1}/{args.episodes}: {'success' if successes[seed] else 'failure'} "
+                f"({np.mean(list(successes.values())):.0%} so far, {time.time() - t0:.0f} s)",
+                flush=True,
+            )
     finally:
         env.close()
     e = np.array(errors)
@@ -128,25 +134,46 @@ def run(args) -> dict:
     for start in range(0, int(e[:, 0].max()) + 1, BIN):
         sel = (e[:, 0] >= start) & (e[:, 0] < start + BIN)
         if sel.sum() >= 20:
-            table.append({"steps": [start, start + BIN - 1], "frames": int(sel.sum()),
-                          "xy_cm": 100 * float(e[sel, 1].mean()), "xy_p90_cm": 100 * float(np.percentile(e[sel, 1], 90)),
-                          "z_cm": 100 * float(e[sel, 2].mean())})
-    return {"policy": args.policy, "env": args.env, "physics": args.physics, "feed": args.feed,
-            "episodes": args.episodes, "seed": args.seed, "success_rate": float(np.mean(list(successes.values()))),
-            "successes": {str(k): v for k, v in successes.items()}, "estimate_error_while_resting": table,
-            "wall_time_s": time.time() - t0}
+            table.append(
+                {
+                    "steps": [start, start + BIN - 1],
+                    "frames": int(sel.sum()),
+                    "xy_cm": 100 * float(e[sel, 1].mean()),
+                    "xy_p90_cm": 100 * float(np.percentile(e[sel, 1], 90)),
+                    "z_cm": 100 * float(e[sel, 2].mean()),
+                }
+            )
+    return {
+        "policy": args.policy,
+        "env": args.env,
+        "physics": args.physics,
+        "feed": args.feed,
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "success_rate": float(np.mean(list(successes.values()))),
+        "successes": {str(k): v for k, v in successes.items()},
+        "estimate_error_while_resting": table,
+        "wall_time_s": time.time() - t0,
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--policy", required=True, help="an ACT folder that reads observation.environment_state")
-    p.add_argument("--env", default="EmbodieDreamer-PickCup-v0",
-                   help="a sim id, or the stand-in's -Real- id (the truth comes from the simulator either way)")
+    p.add_argument(
+        "--env",
+        default="EmbodieDreamer-PickCup-v0",
+        help="a sim id, or the stand-in's -Real- id (the truth comes from the simulator either way)",
+    )
     p.add_argument("--robot-config", metavar="FILE", help="with a -Real- id: the stand-in world's config")
     p.add_argument("--physics", help="a calibration result JSON (the calibrated sim)")
-    p.add_argument("--feed", choices=("estimate", "truth", "first", "hold_near"), default="estimate",
-                   help="what the policy reads: the estimate; the true position (privileged); the first frame's "
-                        "estimate held all episode; the estimate held while a TCP is within --hold-radius of it")
+    p.add_argument(
+        "--feed",
+        choices=("estimate", "truth", "first", "hold_near"),
+        default="estimate",
+        help="what the policy reads: the estimate; the true position (privileged); the first frame's "
+        "estimate held all episode; the estimate held while a TCP is within --hold-radius of it",
+    )
     p.add_argument("--hold-radius", type=float, default=0.10, help="m, in xy (--feed hold_near)")
     p.add_argument("--episodes", type=int, default=100)
     p.add_argument("--seed", type=int, default=100_000)
@@ -166,14 +193,19 @@ def main() -> None:
     print("\n| steps | frames (cup resting) | estimate xy error, mean (p90) | z error |")
     print("|---|---|---|---|")
     for r in result["estimate_error_while_resting"]:
-        print(f"| {r['steps'][0]}-{r['steps'][1]} | {r['frames']} | {r['xy_cm']:.2f} ({r['xy_p90_cm']:.2f}) cm | "
-              f"{r['z_cm']:.2f} cm |")
+        print(
+            f"| {r['steps'][0]}-{r['steps'][1]} | {r['frames']} | {r['xy_cm']:.2f} ({r['xy_p90_cm']:.2f}) cm | "
+            f"{r['z_cm']:.2f} cm |"
+        )
     if args.compare:
         other = json.loads(Path(args.compare).read_text())
-        c = paired_comparison({int(k): v for k, v in result["successes"].items()},
-                              {int(k): v for k, v in other["successes"].items()})
-        print(f"\nvs {args.compare} (fed the {other['feed']}): {c.rate_a:.0%} vs {c.rate_b:.0%}, only this / only "
-              f"that {c.only_a} / {c.only_b}, exact McNemar p = {c.p_value:.3g}")
+        c = paired_comparison(
+            {int(k): v for k, v in result["successes"].items()}, {int(k): v for k, v in other["successes"].items()}
+        )
+        print(
+            f"\nvs {args.compare} (fed the {other['feed']}): {c.rate_a:.0%} vs {c.rate_b:.0%}, only this / only "
+            f"that {c.only_a} / {c.only_b}, exact McNemar p = {c.p_value:.3g}"
+        )
 
 
 if __name__ == "__main__":

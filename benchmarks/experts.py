@@ -21,13 +21,13 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import gymnasium as gym  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import gymnasium as gym
+from tqdm import tqdm
 
-import embodied_gym  # noqa: E402
-from embodied_gym.atomic import write_json  # noqa: E402
-from embodied_gym.envs.experts import FROM_PLAN  # noqa: E402
-from embodied_gym.sim.tasks import TASKS  # noqa: E402
+import embodied_gym
+from embodied_gym.atomic import write_json
+from embodied_gym.envs.experts import FROM_PLAN
+from embodied_gym.sim.tasks import TASKS
 
 ROBOTS = Path(embodied_gym.__file__).parent / "robots"
 WORLDS = {"default": None, "world2": str(ROBOTS / "stand_in_world2.yaml")}
@@ -42,8 +42,11 @@ def success_rate(task: str, robot_config: str | None, integral_below, episodes: 
     expert = embodied_gym.make_expert(env, integral_below=integral_below)
     successes = 0
     plan_below = None
-    for seed in tqdm(range(episodes), desc=f"{task} {robot_config and Path(robot_config).stem or 'default'} "
-                     f"integral_below={integral_below}", leave=False):
+    for seed in tqdm(
+        range(episodes),
+        desc=f"{task} {(robot_config and Path(robot_config).stem) or 'default'} integral_below={integral_below}",
+        leave=False,
+    ):
         obs, info = env.reset(seed=seed)
         expert.reset()
         plan_below = env.unwrapped.task.expert_plan(info["object_poses"]).integral_below
@@ -74,15 +77,19 @@ def main() -> None:
                 results[key] = success_rate(task, config, below, args.episodes)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 write_json(out, results)
-    print(f"\n| task | world | plan's integral_below (rad/step) | as planned | below 0.01 on every joint "
-          f"| no integral term | episodes |\n"
-          f"|---|---|---|---|---|---|---|")
+    print(
+        "\n| task | world | plan's integral_below (rad/step) | as planned | below 0.01 on every joint "
+        "| no integral term | episodes |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for task in args.tasks:
         for world in WORLDS:
             r = {s: results[f"{task}/{world}/{s}"] for s in SETTINGS}
-            print(f"| {task} | {world} | {r['plan']['plan_integral_below']} "
-                  f"| {r['plan']['success_rate']:.0%} | {r['0.01']['success_rate']:.0%} | {r['off']['success_rate']:.0%} "
-                  f"| {args.episodes} (seeds 0-{args.episodes - 1}) |")
+            print(
+                f"| {task} | {world} | {r['plan']['plan_integral_below']} "
+                f"| {r['plan']['success_rate']:.0%} | {r['0.01']['success_rate']:.0%} | {r['off']['success_rate']:.0%} "
+                f"| {args.episodes} (seeds 0-{args.episodes - 1}) |"
+            )
 
 
 if __name__ == "__main__":

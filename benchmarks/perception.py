@@ -34,14 +34,15 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from embodied_gym.atomic import write_json  # noqa: E402
-from embodied_gym.perception import PoseEstimatorConfig, generate_frames  # noqa: E402
-from embodied_gym.perception.data import generate_visaligner_frames, randomized_look  # noqa: E402
-from embodied_gym.visaligner.generate import reference_image  # noqa: E402
-from embodied_gym.perception.visual_gap import measure_visual_gap  # noqa: E402
+from embodied_gym.atomic import write_json
+from embodied_gym.perception import PoseEstimatorConfig, generate_frames
+from embodied_gym.perception.data import generate_visaligner_frames, randomized_look
+from embodied_gym.perception.visual_gap import measure_visual_gap
+from embodied_gym.visaligner.generate import reference_image
 
 
 def paired_standin_errors(out: str, config, names: list[str]) -> dict:
@@ -68,10 +69,13 @@ def paired_standin_errors(out: str, config, names: list[str]) -> dict:
         per_episode[name] = errs
     tests = {}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             x, y = np.array(per_episode[a]), np.array(per_episode[b])
-            tests[f"{a} vs {b}"] = {"episodes_a_lower": int((x < y).sum()), "episodes": len(x),
-                                    "wilcoxon_p": float(wilcoxon(x, y).pvalue) if len(x) and (x != y).any() else 1.0}
+            tests[f"{a} vs {b}"] = {
+                "episodes_a_lower": int((x < y).sum()),
+                "episodes": len(x),
+                "wilcoxon_p": float(wilcoxon(x, y).pvalue) if len(x) and (x != y).any() else 1.0,
+            }
     return {"xy_cm_per_standin_episode": per_episode, "tests": tests}
 
 
@@ -83,29 +87,59 @@ def main():
     p.add_argument("--val-episodes", type=int, default=8)
     p.add_argument("--standin-episodes", type=int, default=6)
     p.add_argument("--frame-stride", type=int, default=4)
-    p.add_argument("--layouts-per-episode", type=int, default=20,
-                   help="extra frames of fresh layouts (a reset each) after every training episode")
+    p.add_argument(
+        "--layouts-per-episode",
+        type=int,
+        default=20,
+        help="extra frames of fresh layouts (a reset each) after every training episode",
+    )
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--keypoint-weight", type=float, default=1.0,
-                   help="weight of the keypoint loss (PoseTrainConfig.keypoint_weight; 0: off, as before it existed)")
-    p.add_argument("--variants", default="raw,raw_augmented,randomized",
-                   help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
-                        "augmentation), randomized (domain-randomised scene looks + augmentation)")
-    p.add_argument("--robot-config", help="the stand-in world whose frames the models are evaluated on "
-                                          "(a robot config YAML; default the shipped one)")
-    p.add_argument("--input-size", nargs=2, type=int, metavar=("H", "W"),
-                   help="the network input the crop is resized to (default PoseEstimatorConfig's)")
-    p.add_argument("--visaligner", action="append", default=[], metavar="NAME=MODEL",
-                   help="also train on the sim episodes as this VisAligner model shows them (repeatable); the "
-                        "model's frame stride must be --frame-stride")
-    p.add_argument("--reference", help="with --visaligner: the real frame every episode starts from (an image, "
-                                       "or a recorded dataset: its first frame)")
+    p.add_argument(
+        "--keypoint-weight",
+        type=float,
+        default=1.0,
+        help="weight of the keypoint loss (PoseTrainConfig.keypoint_weight; 0: off, as before it existed)",
+    )
+    p.add_argument(
+        "--variants",
+        default="raw,raw_augmented,randomized",
+        help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
+        "augmentation), randomized (domain-randomised scene looks + augmentation)",
+    )
+    p.add_argument(
+        "--robot-config",
+        help="the stand-in world whose frames the models are evaluated on "
+        "(a robot config YAML; default the shipped one)",
+    )
+    p.add_argument(
+        "--input-size",
+        nargs=2,
+        type=int,
+        metavar=("H", "W"),
+        help="the network input the crop is resized to (default PoseEstimatorConfig's)",
+    )
+    p.add_argument(
+        "--visaligner",
+        action="append",
+        default=[],
+        metavar="NAME=MODEL",
+        help="also train on the sim episodes as this VisAligner model shows them (repeatable); the "
+        "model's frame stride must be --frame-stride",
+    )
+    p.add_argument(
+        "--reference",
+        help="with --visaligner: the real frame every episode starts from (an image, "
+        "or a recorded dataset: its first frame)",
+    )
     p.add_argument("--visaligner-steps", type=int, default=10, help="VisAligner denoising steps")
-    p.add_argument("--with-raw", action="store_true",
-                   help="with --visaligner: also train visaligner_NAME_with_raw on the raw renders and that "
-                        "model's frames of the same episodes together (augmented): the renders carry exact "
-                        "geometry, the VisAligner frames the camera's look")
+    p.add_argument(
+        "--with-raw",
+        action="store_true",
+        help="with --visaligner: also train visaligner_NAME_with_raw on the raw renders and that "
+        "model's frames of the same episodes together (augmented): the renders carry exact "
+        "geometry, the VisAligner frames the camera's look",
+    )
     args = p.parse_args()
 
     config = PoseEstimatorConfig(task=args.task, **({"input_size": tuple(args.input_size)} if args.input_size else {}))
@@ -129,13 +163,14 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
     for name, model in models.items():
-        stride = json.loads(open(os.path.join(model, "model_index.json")).read())["frame_stride"]
+        stride = json.loads(Path(model, "model_index.json").read_text())["frame_stride"]
         if stride != args.frame_stride:
             p.error(f"--visaligner {model} generates every {stride}th step; pass --frame-stride {stride}")
         folder = os.path.join(args.out, "frames", f"sim_train_{name}")
         t = time.perf_counter()
-        generate_visaligner_frames(folder, config, range(args.sim_episodes), model, str(reference),
-                                   num_inference_steps=args.visaligner_steps)
+        generate_visaligner_frames(
+            folder, config, range(args.sim_episodes), model, str(reference), num_inference_steps=args.visaligner_steps
+        )
         print(f"{name}: frames in {time.perf_counter() - t:.0f} s (0 when resumed)", flush=True)
         sets[name] = [folder]
         variants.append(name)
@@ -145,21 +180,43 @@ def main():
     if args.with_raw and not models:
         p.error("--with-raw needs --visaligner NAME=MODEL")
     if {"raw", "raw_augmented"} & set(variants) or args.with_raw:
-        generate_frames(sim_train, config, range(args.sim_episodes), frame_stride=args.frame_stride,
-                        layouts_per_episode=args.layouts_per_episode)
+        generate_frames(
+            sim_train,
+            config,
+            range(args.sim_episodes),
+            frame_stride=args.frame_stride,
+            layouts_per_episode=args.layouts_per_episode,
+        )
     if "randomized" in variants:
-        generate_frames(randomized, config, range(args.sim_episodes), frame_stride=args.frame_stride,
-                        look=randomized_look, layouts_per_episode=args.layouts_per_episode)
+        generate_frames(
+            randomized,
+            config,
+            range(args.sim_episodes),
+            frame_stride=args.frame_stride,
+            look=randomized_look,
+            layouts_per_episode=args.layouts_per_episode,
+        )
     results = {}
     for name in variants:
         folders = sets[name]
-        train = {"steps": args.steps, "batch_size": args.batch_size, "augment": name != "raw",
-                 "keypoint_weight": args.keypoint_weight}
-        r = measure_visual_gap(args.out, config, {name: folders}, sim_episodes=args.sim_episodes,
-                               val_episodes=args.val_episodes, standin_episodes=args.standin_episodes,
-                               frame_stride=args.frame_stride, train=train,
-                               layouts_per_episode=args.layouts_per_episode,
-                               standin_kwargs={"robot_config": args.robot_config} if args.robot_config else None)
+        train = {
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "augment": name != "raw",
+            "keypoint_weight": args.keypoint_weight,
+        }
+        r = measure_visual_gap(
+            args.out,
+            config,
+            {name: folders},
+            sim_episodes=args.sim_episodes,
+            val_episodes=args.val_episodes,
+            standin_episodes=args.standin_episodes,
+            frame_stride=args.frame_stride,
+            train=train,
+            layouts_per_episode=args.layouts_per_episode,
+            standin_kwargs={"robot_config": args.robot_config} if args.robot_config else None,
+        )
         results.setdefault("frames", r["frames"])
         results.setdefault("centre_baseline", r["centre_baseline"])
         results.setdefault("models", {}).update(r["models"])
@@ -168,28 +225,38 @@ def main():
     results["wall_s"] = time.perf_counter() - t0
     write_json(os.path.join(args.out, "results.json"), results)
 
-    print(f"\n{args.task}: crop {config.crop} of a {config.frame_size} {config.camera} frame -> {config.input_size}; "
-          f"frames: {results['frames']}; {results['wall_s'] / 60:.1f} min")
-    print(f"{'model':<15} {'frames on':<9} {'object':<8} {'xy cm (mean/median/p90)':<26} {'z cm':>6} {'yaw deg':>8} {'ms/frame':>9}")
+    print(
+        f"\n{args.task}: crop {config.crop} of a {config.frame_size} {config.camera} frame -> {config.input_size}; "
+        f"frames: {results['frames']}; {results['wall_s'] / 60:.1f} min"
+    )
+    print(
+        f"{'model':<15} {'frames on':<9} {'object':<8} {'xy cm (mean/median/p90)':<26} {'z cm':>6} {'yaw deg':>8} {'ms/frame':>9}"
+    )
     b = results["centre_baseline"]["standin"]
     for obj, e in b.items():
         if obj != "frames":
-            print(f"{'range centre':<15} {'standin':<9} {obj:<8} {e['xy_cm']:<26.2f} {e.get('z_cm', float('nan')):>6.2f} "
-                  f"{e.get('yaw_deg', float('nan')):>8.2f}")
+            print(
+                f"{'range centre':<15} {'standin':<9} {obj:<8} {e['xy_cm']:<26.2f} {e.get('z_cm', float('nan')):>6.2f} "
+                f"{e.get('yaw_deg', float('nan')):>8.2f}"
+            )
     for name, m in results["models"].items():
         for where in ("sim", "standin"):
             for obj, e in m[where].items():
                 if obj == "frames":
                     continue
                 xy = f"{e['xy_cm']:.2f} / {e['xy_cm_median']:.2f} / {e['xy_cm_p90']:.2f}"
-                print(f"{name:<15} {where:<9} {obj:<8} {xy:<26} {e.get('z_cm', float('nan')):>6.2f} "
-                      f"{e.get('yaw_deg', float('nan')):>8.2f} {m['ms_per_frame']:>9.2f}")
+                print(
+                    f"{name:<15} {where:<9} {obj:<8} {xy:<26} {e.get('z_cm', float('nan')):>6.2f} "
+                    f"{e.get('yaw_deg', float('nan')):>8.2f} {m['ms_per_frame']:>9.2f}"
+                )
     print("\nstand-in, per episode (mean xy cm over its objects):")
     for name, errs in results["paired"]["xy_cm_per_standin_episode"].items():
         print(f"  {name:<18} " + " ".join(f"{e:6.2f}" for e in errs))
     for pair, t in results["paired"]["tests"].items():
-        print(f"  {pair}: first lower in {t['episodes_a_lower']}/{t['episodes']} episodes, exact Wilcoxon p = "
-              f"{t['wilcoxon_p']:.3g}")
+        print(
+            f"  {pair}: first lower in {t['episodes_a_lower']}/{t['episodes']} episodes, exact Wilcoxon p = "
+            f"{t['wilcoxon_p']:.3g}"
+        )
 
 
 if __name__ == "__main__":

@@ -77,12 +77,12 @@ from pathlib import Path
 
 import numpy as np
 
-import embodied_gym  # noqa: F401  (registers the ids)
+import embodied_gym
 from embodied_gym.atomic import write_json
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.parallel import record_expert_demos
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 from embodied_gym.envs.experts import FROM_PLAN
-from embodied_gym.data.parallel import record_expert_demos
 from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_act
 from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
 
@@ -101,28 +101,44 @@ def _say(msg: str) -> None:
     print(f"[policies] {msg}", flush=True)
 
 
-def _demos(env_id: str, root: Path, episodes: int, seed: int, estimator: str, args, physics=None,
-           pose_source: str = "estimate") -> dict:
+def _demos(
+    env_id: str, root: Path, episodes: int, seed: int, estimator: str, args, physics=None, pose_source: str = "estimate"
+) -> dict:
     """Scripted-expert demonstrations in ``env_id`` with the estimator's pose estimate (or, with
     ``pose_source="ground_truth"``, the sim's true poses in its layout) as the environment state (no
     video stored: ACT reads the pose, not the frames)."""
     have = read_info(root)["total_episodes"] if is_dataset(root) else 0
     if have < episodes:
         _say(f"recording {episodes - have} demos in {env_id} -> {root} (poses: {pose_source})")
-        kwargs = dict(pose_estimator=estimator, camera_fps=args.camera_fps, pose_source=pose_source,
-                      obs_type="state" if pose_source == "ground_truth" else "pixels_state")
+        kwargs = dict(
+            pose_estimator=estimator,
+            camera_fps=args.camera_fps,
+            pose_source=pose_source,
+            obs_type="state" if pose_source == "ground_truth" else "pixels_state",
+        )
         if physics is not None:
             kwargs["physics"] = physics
         if args.demo_pose_update:
             kwargs["pose_update"] = args.demo_pose_update
         if args.robot_config and embodied_gym.parse_env_id(env_id).real:
             kwargs["robot_config"] = args.robot_config
-        record_expert_demos(env_id, kwargs, root, episodes - have, seed=seed, resume=is_dataset(root),
-                            after_success_steps=args.after_success_steps, cameras=(),
-                            expert_integral_below=args.expert_integral_below)
+        record_expert_demos(
+            env_id,
+            kwargs,
+            root,
+            episodes - have,
+            seed=seed,
+            resume=is_dataset(root),
+            after_success_steps=args.after_success_steps,
+            cameras=(),
+            expert_integral_below=args.expert_integral_below,
+        )
     rows = read_sidecar(root)
-    return {"dataset": str(root), "episodes": episodes,
-            "expert_success": sum(bool(r.get("success")) for r in rows) / max(len(rows), 1)}
+    return {
+        "dataset": str(root),
+        "episodes": episodes,
+        "expert_success": sum(bool(r.get("success")) for r in rows) / max(len(rows), 1),
+    }
 
 
 def _calibrate(dataset: Path, out: Path, args) -> str:
@@ -139,11 +155,23 @@ def _train(dataset: str, out: Path, args) -> float:
     ckpt = latest_checkpoint(out)
     if ckpt is None or int(ckpt.name) < args.steps:
         _say(f"training ACT on {dataset} -> {out}")
-        train_act(ACTTrainConfig(dataset=dataset, out=str(out), preset="cpu", images=False, env_state=True,
-                                 steps=args.steps, batch_size=args.batch_size, chunk_size=args.chunk_size,
-                                 resume=ckpt is not None, num_threads=args.threads,
-                                 save_every=max(100, args.steps // 4), overrides=dict(args.act_override),
-                                 successful_only=args.successful_demos_only))
+        train_act(
+            ACTTrainConfig(
+                dataset=dataset,
+                out=str(out),
+                preset="cpu",
+                images=False,
+                env_state=True,
+                steps=args.steps,
+                batch_size=args.batch_size,
+                chunk_size=args.chunk_size,
+                resume=ckpt is not None,
+                num_threads=args.threads,
+                save_every=max(100, args.steps // 4),
+                overrides=dict(args.act_override),
+                successful_only=args.successful_demos_only,
+            )
+        )
     return _train_time(out / "train_log.jsonl")
 
 
@@ -167,9 +195,19 @@ def _eval(policy: Path, env_id: str, out: Path, args, physics=None, pose_estimat
     if not out.exists():
         _say(f"evaluating {policy} on {env_id} ({args.eval_episodes} episodes)")
         robot = args.robot_config if real else None
-        evaluate_policy(str(policy), env_id, args.eval_episodes, seed=args.eval_seed, out=str(out), physics=physics,
-                        temporal_ensemble_coeff=args.temporal_ensemble, pose_estimator=pose_estimator,
-                        robot_config=robot, pose_update=args.eval_pose_update, workers=args.eval_workers)
+        evaluate_policy(
+            str(policy),
+            env_id,
+            args.eval_episodes,
+            seed=args.eval_seed,
+            out=str(out),
+            physics=physics,
+            temporal_ensemble_coeff=args.temporal_ensemble,
+            pose_estimator=pose_estimator,
+            robot_config=robot,
+            pose_update=args.eval_pose_update,
+            workers=args.eval_workers,
+        )
     return json.loads(out.read_text())
 
 
@@ -178,29 +216,51 @@ def _tpo(out: Path, physics: str, args) -> list[dict]:
     in-sim evaluations reading ``--sim-estimator``."""
     from embodied_gym.policies.tpo import TPOConfig, train_tpo
 
-    return train_tpo(TPOConfig(policy=str(out / "act_c"), env_id=embodied_gym.env_id(args.task), out=str(out / args.tpo_out),
-                               iterations=args.tpo_iterations, rollouts=args.tpo_rollouts,
-                               pairs=args.tpo_pairs, epochs=args.tpo_epochs, physics=physics,
-                               rollout_noise=args.tpo_rollout_noise, sft_weight=args.tpo_sft_weight,
-                               num_threads=args.threads, eval_episodes=args.tpo_eval_episodes,
-                               eval_temporal_ensemble=args.temporal_ensemble, eval_workers=args.eval_workers,
-                               select=args.tpo_select, seed=args.tpo_seed, pose_estimator=args.sim_estimator,
-                               pose_update=args.tpo_pose_update or args.eval_pose_update))
+    return train_tpo(
+        TPOConfig(
+            policy=str(out / "act_c"),
+            env_id=embodied_gym.env_id(args.task),
+            out=str(out / args.tpo_out),
+            iterations=args.tpo_iterations,
+            rollouts=args.tpo_rollouts,
+            pairs=args.tpo_pairs,
+            epochs=args.tpo_epochs,
+            physics=physics,
+            rollout_noise=args.tpo_rollout_noise,
+            sft_weight=args.tpo_sft_weight,
+            num_threads=args.threads,
+            eval_episodes=args.tpo_eval_episodes,
+            eval_temporal_ensemble=args.temporal_ensemble,
+            eval_workers=args.eval_workers,
+            select=args.tpo_select,
+            seed=args.tpo_seed,
+            pose_estimator=args.sim_estimator,
+            pose_update=args.tpo_pose_update or args.eval_pose_update,
+        )
+    )
 
 
 def _row(name: str, ev: dict, **extra) -> dict:
-    return {"row": name, "success_rate": ev["success_rate"], "ci95": ev["ci95"], "episodes": ev["episodes"],
-            "mean_return": ev["mean_return"], "eval_wall_time_s": ev["wall_time_s"],
-            "successes": {str(k): v for k, v in successes_by_seed(ev).items()},
-            "reset_pose_error_cm": reset_error_by_outcome(ev), **extra}
+    return {
+        "row": name,
+        "success_rate": ev["success_rate"],
+        "ci95": ev["ci95"],
+        "episodes": ev["episodes"],
+        "mean_return": ev["mean_return"],
+        "eval_wall_time_s": ev["wall_time_s"],
+        "successes": {str(k): v for k, v in successes_by_seed(ev).items()},
+        "reset_pose_error_cm": reset_error_by_outcome(ev),
+        **extra,
+    }
 
 
 def reset_error_by_outcome(ev: dict) -> dict | None:
     """How far the reset frame's estimate was from the env's reported cup position (cm, horizontal), over
     all episodes and split by outcome: whether the misses are the episodes the estimate misled. None for an
     evaluation that predates the field or reads no estimate."""
-    pairs = [(e["success"], e["reset_pose_error_cm"]) for e in ev["per_episode"]
-             if e.get("reset_pose_error_cm") is not None]
+    pairs = [
+        (e["success"], e["reset_pose_error_cm"]) for e in ev["per_episode"] if e.get("reset_pose_error_cm") is not None
+    ]
     if not pairs:
         return None
 
@@ -208,11 +268,15 @@ def reset_error_by_outcome(ev: dict) -> dict | None:
         return float(np.mean(xs)) if xs else None
 
     errors = [x for _, x in pairs]
-    return {"mean": mean(errors), "p90": float(np.percentile(errors, 90)),
-            "success_mean": mean([x for s, x in pairs if s]), "failure_mean": mean([x for s, x in pairs if not s]),
-            "success_rate_below_1cm": mean([float(s) for s, x in pairs if x < 1.0]),
-            "success_rate_above_1cm": mean([float(s) for s, x in pairs if x >= 1.0]),
-            "episodes_below_1cm": sum(x < 1.0 for x in errors)}
+    return {
+        "mean": mean(errors),
+        "p90": float(np.percentile(errors, 90)),
+        "success_mean": mean([x for s, x in pairs if s]),
+        "failure_mean": mean([x for s, x in pairs if not s]),
+        "success_rate_below_1cm": mean([float(s) for s, x in pairs if x < 1.0]),
+        "success_rate_above_1cm": mean([float(s) for s, x in pairs if x >= 1.0]),
+        "episodes_below_1cm": sum(x < 1.0 for x in errors),
+    }
 
 
 def _integral_below(text: str):
@@ -221,8 +285,9 @@ def _integral_below(text: str):
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--expert-integral-below takes plan, none or a number (rad per step), "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--expert-integral-below takes plan, none or a number (rad per step), got {text!r}"
+        ) from None
 
 
 def _override(text: str) -> tuple[str, object]:
@@ -236,89 +301,166 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="PickCup")
     p.add_argument("--out", default="runs/bench/policies")
-    p.add_argument("--estimator", required=True,
-                   help="pose estimator folder of every stand-in episode of rows a-d: row (a)'s demos and every "
-                        "evaluation on the stand-in (e.g. one trained on VisAligner frames)")
-    p.add_argument("--sim-estimator",
-                   help="pose estimator folder of every sim episode: the generated demos' metadata, row (d)'s TPO "
-                        "rollouts and in-sim evaluations, row c_sim (default: --estimator). One trained on raw sim "
-                        "renders reads the sim's own frames; one trained on VisAligner frames reads the robot's")
+    p.add_argument(
+        "--estimator",
+        required=True,
+        help="pose estimator folder of every stand-in episode of rows a-d: row (a)'s demos and every "
+        "evaluation on the stand-in (e.g. one trained on VisAligner frames)",
+    )
+    p.add_argument(
+        "--sim-estimator",
+        help="pose estimator folder of every sim episode: the generated demos' metadata, row (d)'s TPO "
+        "rollouts and in-sim evaluations, row c_sim (default: --estimator). One trained on raw sim "
+        "renders reads the sim's own frames; one trained on VisAligner frames reads the robot's",
+    )
     p.add_argument("--raw-estimator", help="pose estimator trained on raw sim renders (row e)")
     p.add_argument("--physics", help="a calibration result JSON to use instead of calibrating here")
-    p.add_argument("--robot-config", metavar="FILE",
-                   help="stand-in robot config of every -Real- env here (the demos of row a, which the calibration "
-                        "fits, and every evaluation), e.g. embodied_gym/robots/stand_in_world2.yaml: the whole "
-                        "loop against another robot")
+    p.add_argument(
+        "--robot-config",
+        metavar="FILE",
+        help="stand-in robot config of every -Real- env here (the demos of row a, which the calibration "
+        "fits, and every evaluation), e.g. embodied_gym/robots/stand_in_world2.yaml: the whole "
+        "loop against another robot",
+    )
     p.add_argument("--calibration-budget", type=float, default=240.0, help="PhysAligner's budget, s")
     p.add_argument("--standin-demos", type=int, default=50)
     p.add_argument("--sim-demos", type=int, default=200, help="demos generated in each sim (rows b, c, e)")
-    p.add_argument("--sim-pose-source", choices=("ground_truth", "estimate"), default="ground_truth",
-                   help="the cup position stored in the generated sim demos: the sim's true one, read at the camera "
-                        "rate (default), or the estimator's estimate (evaluation always uses the estimate)")
-    p.add_argument("--demo-pose-update", choices=("every_frame", "at_reset"),
-                   help="the demos' environment state: refreshed every camera frame (default) or the reset frame's "
-                        "estimate (the true start pose with --sim-pose-source ground_truth) held for the episode")
-    p.add_argument("--camera-fps", type=float, default=10.0,
-                   help="camera frame rate (the estimate is held between frames; evaluation uses the same)")
-    p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
-                   help="control steps recorded after the first success")
-    p.add_argument("--expert-integral-below", type=_integral_below, default=FROM_PLAN, metavar="plan|none|RAD",
-                   help="the experts' integral term for every demo (make_expert's integral_below): plan (default: "
-                        "each task's plan), none (off), or a number (rad per step; 0.01 is the expert before "
-                        "ExpertPlan.integral_below)")
-    p.add_argument("--successful-demos-only", action="store_true",
-                   help="train ACT only on the demos the expert succeeded in (train act --successful-only); "
-                        "on world2 the expert fails about 30 %% of them")
+    p.add_argument(
+        "--sim-pose-source",
+        choices=("ground_truth", "estimate"),
+        default="ground_truth",
+        help="the cup position stored in the generated sim demos: the sim's true one, read at the camera "
+        "rate (default), or the estimator's estimate (evaluation always uses the estimate)",
+    )
+    p.add_argument(
+        "--demo-pose-update",
+        choices=("every_frame", "at_reset"),
+        help="the demos' environment state: refreshed every camera frame (default) or the reset frame's "
+        "estimate (the true start pose with --sim-pose-source ground_truth) held for the episode",
+    )
+    p.add_argument(
+        "--camera-fps",
+        type=float,
+        default=10.0,
+        help="camera frame rate (the estimate is held between frames; evaluation uses the same)",
+    )
+    p.add_argument(
+        "--after-success-steps",
+        type=int,
+        default=AFTER_SUCCESS_STEPS,
+        help="control steps recorded after the first success",
+    )
+    p.add_argument(
+        "--expert-integral-below",
+        type=_integral_below,
+        default=FROM_PLAN,
+        metavar="plan|none|RAD",
+        help="the experts' integral term for every demo (make_expert's integral_below): plan (default: "
+        "each task's plan), none (off), or a number (rad per step; 0.01 is the expert before "
+        "ExpertPlan.integral_below)",
+    )
+    p.add_argument(
+        "--successful-demos-only",
+        action="store_true",
+        help="train ACT only on the demos the expert succeeded in (train act --successful-only); "
+        "on world2 the expert fails about 30 %% of them",
+    )
     p.add_argument("--steps", type=int, default=8000, help="ACT optimisation steps per row")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--chunk-size", type=int, default=20)
-    p.add_argument("--act-override", type=_override, action="append", default=[],
-                   help="another ACTPreset field, NAME=VALUE (repeatable)")
-    p.add_argument("--temporal-ensemble", type=float, default=0.01,
-                   help="ACT's temporal ensembling coefficient at evaluation (ACT's 0.01)")
-    p.add_argument("--eval-pose-update", choices=("every_frame", "at_reset"),
-                   help="evaluate every row with the estimate refreshed every camera frame or only at reset (held for "
-                        "the episode); default: as each row's data was recorded. A new --out (or --eval-tag) keeps both")
-    p.add_argument("--eval-tag", default="", help="suffix of the evaluation files (eval_<row><tag>.json), so one --out "
-                   "holds evaluations of the same policies under other settings")
+    p.add_argument(
+        "--act-override",
+        type=_override,
+        action="append",
+        default=[],
+        help="another ACTPreset field, NAME=VALUE (repeatable)",
+    )
+    p.add_argument(
+        "--temporal-ensemble",
+        type=float,
+        default=0.01,
+        help="ACT's temporal ensembling coefficient at evaluation (ACT's 0.01)",
+    )
+    p.add_argument(
+        "--eval-pose-update",
+        choices=("every_frame", "at_reset"),
+        help="evaluate every row with the estimate refreshed every camera frame or only at reset (held for "
+        "the episode); default: as each row's data was recorded. A new --out (or --eval-tag) keeps both",
+    )
+    p.add_argument(
+        "--eval-tag",
+        default="",
+        help="suffix of the evaluation files (eval_<row><tag>.json), so one --out "
+        "holds evaluations of the same policies under other settings",
+    )
     p.add_argument("--eval-episodes", type=int, default=100)
     p.add_argument("--eval-seed", type=int, default=100_000, help="evaluation seeds differ from demo seeds")
     p.add_argument("--tpo-iterations", type=int, default=2)
     p.add_argument("--tpo-rollouts", type=int, default=16)
     p.add_argument("--tpo-pairs", type=int, default=4)
     p.add_argument("--tpo-epochs", type=int, default=5)
-    p.add_argument("--tpo-pose-update", choices=("every_frame", "at_reset"),
-                   help="row (d): when the TPO rollouts' pose estimate is refreshed (default: --eval-pose-update, "
-                        "the observation the policy is evaluated with; unset: as its data was recorded)")
-    p.add_argument("--tpo-out", default="tpo_d", help="row (d): the TPO output folder under --out (another name "
-                   "keeps a run at other TPO sizes beside the first)")
-    p.add_argument("--tpo-rollout-noise", type=float, default=0.02,
-                   help="Laplace b of TPO's rollouts (TPO's own default is its likelihood scale, 0.1: there the "
-                        "rollouts mostly fail; BENCHMARKS.md has both)")
-    p.add_argument("--tpo-sft-weight", type=float, default=0.0,
-                   help="TPO's optional L1 anchor on the preferred trajectories (TPOConfig.sft_weight; 0 is the "
-                        "paper's loss)")
-    p.add_argument("--tpo-eval-episodes", type=int, default=50,
-                   help="row (d): TPO's greedy evaluations in the calibrated sim (the reference and every iteration; "
-                        "TPOConfig.eval_episodes, seeds from 10000); 0: none")
-    p.add_argument("--tpo-select", choices=("best", "last"), default="best",
-                   help="row (d): the iteration TPO returns (TPOConfig.select): the best of those evaluations, or "
-                        "the last")
+    p.add_argument(
+        "--tpo-pose-update",
+        choices=("every_frame", "at_reset"),
+        help="row (d): when the TPO rollouts' pose estimate is refreshed (default: --eval-pose-update, "
+        "the observation the policy is evaluated with; unset: as its data was recorded)",
+    )
+    p.add_argument(
+        "--tpo-out",
+        default="tpo_d",
+        help="row (d): the TPO output folder under --out (another name "
+        "keeps a run at other TPO sizes beside the first)",
+    )
+    p.add_argument(
+        "--tpo-rollout-noise",
+        type=float,
+        default=0.02,
+        help="Laplace b of TPO's rollouts (TPO's own default is its likelihood scale, 0.1: there the "
+        "rollouts mostly fail; BENCHMARKS.md has both)",
+    )
+    p.add_argument(
+        "--tpo-sft-weight",
+        type=float,
+        default=0.0,
+        help="TPO's optional L1 anchor on the preferred trajectories (TPOConfig.sft_weight; 0 is the paper's loss)",
+    )
+    p.add_argument(
+        "--tpo-eval-episodes",
+        type=int,
+        default=50,
+        help="row (d): TPO's greedy evaluations in the calibrated sim (the reference and every iteration; "
+        "TPOConfig.eval_episodes, seeds from 10000); 0: none",
+    )
+    p.add_argument(
+        "--tpo-select",
+        choices=("best", "last"),
+        default="best",
+        help="row (d): the iteration TPO returns (TPOConfig.select): the best of those evaluations, or the last",
+    )
     p.add_argument("--tpo-seed", type=int, default=0, help="row (d): TPO's seed (rollouts, pair sampler)")
-    p.add_argument("--tpo-curve", action="store_true",
-                   help="row (d): also evaluate every TPO iteration on the stand-in (the same seeds as the rows: "
-                        "does the in-sim choice predict the stand-in?)")
+    p.add_argument(
+        "--tpo-curve",
+        action="store_true",
+        help="row (d): also evaluate every TPO iteration on the stand-in (the same seeds as the rows: "
+        "does the in-sim choice predict the stand-in?)",
+    )
     p.add_argument("--eval-workers", type=int, default=1, help="processes per evaluation (results do not change)")
-    p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"],
-                   choices=[*ROWS, "c_sim"])
-    p.add_argument("--stages", choices=["all", "data", "train"], default="all",
-                   help="data: only record and calibrate (then run rows in parallel processes); train: also train "
-                        "the rows' policies (and row d's TPO), evaluating nothing on the stand-in")
+    p.add_argument("--rows", nargs="+", default=["a", "b", "c", "e", "c_sim", "d"], choices=[*ROWS, "c_sim"])
+    p.add_argument(
+        "--stages",
+        choices=["all", "data", "train"],
+        default="all",
+        help="data: only record and calibrate (then run rows in parallel processes); train: also train "
+        "the rows' policies (and row d's TPO), evaluating nothing on the stand-in",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--figure", help="also copy the figure here")
-    p.add_argument("--compare", metavar="RESULTS_JSON",
-                   help="also test each row against the same row of another run's results.json (paired: both "
-                        "must use the same evaluation seeds), e.g. a run with another --estimator")
+    p.add_argument(
+        "--compare",
+        metavar="RESULTS_JSON",
+        help="also test each row against the same row of another run's results.json (paired: both "
+        "must use the same evaluation seeds), e.g. a run with another --estimator",
+    )
     args = p.parse_args()
     if "e" in args.rows and not args.raw_estimator:
         p.error("row e needs --raw-estimator (a pose estimator trained on raw sim renders)")
@@ -336,8 +478,14 @@ def main() -> None:
     t0 = time.time()
 
     # data: the stand-in demos, the calibration, and the generated sim demos (same seeds in each sim)
-    rows_needing = {"a": ["standin"], "b": ["nominal"], "c": ["calibrated"], "c_sim": ["calibrated"],
-                    "d": ["calibrated"], "e": ["calibrated_raw"]}
+    rows_needing = {
+        "a": ["standin"],
+        "b": ["nominal"],
+        "c": ["calibrated"],
+        "c_sim": ["calibrated"],
+        "d": ["calibrated"],
+        "e": ["calibrated_raw"],
+    }
     ground_truth = args.sim_pose_source == "ground_truth"
     if ground_truth:  # row e is (c)'s policy, evaluated with the raw-render estimator
         rows_needing["e"] = ["calibrated"]
@@ -352,14 +500,30 @@ def main() -> None:
     if needed & {"calibrated", "calibrated_raw"}:
         physics = args.physics or _calibrate(Path(data["standin"]["dataset"]), out / "calibrate", args)
     if "nominal" in needed:
-        data["nominal"] = _demos(sim, out / "data_nominal", args.sim_demos, 50_000, args.sim_estimator, args,
-                                 pose_source=args.sim_pose_source)
+        data["nominal"] = _demos(
+            sim,
+            out / "data_nominal",
+            args.sim_demos,
+            50_000,
+            args.sim_estimator,
+            args,
+            pose_source=args.sim_pose_source,
+        )
     if "calibrated" in needed:
-        data["calibrated"] = _demos(sim, out / "data_calibrated", args.sim_demos, 50_000, args.sim_estimator, args,
-                                    physics=physics, pose_source=args.sim_pose_source)
+        data["calibrated"] = _demos(
+            sim,
+            out / "data_calibrated",
+            args.sim_demos,
+            50_000,
+            args.sim_estimator,
+            args,
+            physics=physics,
+            pose_source=args.sim_pose_source,
+        )
     if "calibrated_raw" in needed:
-        data["calibrated_raw"] = _demos(sim, out / "data_calibrated_raw", args.sim_demos, 50_000, args.raw_estimator,
-                                        args, physics=physics)
+        data["calibrated_raw"] = _demos(
+            sim, out / "data_calibrated_raw", args.sim_demos, 50_000, args.raw_estimator, args, physics=physics
+        )
     if args.stages == "data":
         _say(f"data stages done in {time.time() - t0:.0f} s")
         return
@@ -402,25 +566,41 @@ def main() -> None:
                 for r in log:
                     it = r["iteration"]
                     by_iteration[it] = (
-                        _eval(out / "act_c", real, out / f"eval_c{tag}.json", args) if it == 0 else
-                        _eval(tpo_out / "checkpoints" / f"{it:06d}", real, out / f"eval_{named}_iteration{it}{tag}.json",
-                              args))
+                        _eval(out / "act_c", real, out / f"eval_c{tag}.json", args)
+                        if it == 0
+                        else _eval(
+                            tpo_out / "checkpoints" / f"{it:06d}",
+                            real,
+                            out / f"eval_{named}_iteration{it}{tag}.json",
+                            args,
+                        )
+                    )
             # a returned iteration > 0 is that checkpoint (weights and observation): its curve evaluation is row
             # (d)'s; the reference (row c's folder) may name another pose update than TPO's copy of it
-            ev = (by_iteration.get(chosen) if chosen else None) or _eval(tpo_out, real, out / f"eval_{named}{tag}.json",
-                                                                       args)
+            ev = (by_iteration.get(chosen) if chosen else None) or _eval(
+                tpo_out, real, out / f"eval_{named}{tag}.json", args
+            )
             curve = {str(it): e["success_rate"] for it, e in by_iteration.items()}
-            results[key] = _row(ROWS[key], ev, train_time_s=t_c + tpo_time, tpo_time_s=tpo_time,
-                                tpo={"iterations": args.tpo_iterations, "rollouts": args.tpo_rollouts,
-                                     "pairs": args.tpo_pairs, "epochs": args.tpo_epochs,
-                                     "sft_weight": args.tpo_sft_weight,
-                                     "pose_update": args.tpo_pose_update or args.eval_pose_update,
-                                     "rollout_success": [r["rollout_success_rate"] for r in log if r["iteration"] > 0],
-                                     "select": args.tpo_select, "seed": args.tpo_seed,
-                                     "selected_iteration": chosen,
-                                     "sim_eval": {str(r["iteration"]): r["eval_success_rate"] for r in log
-                                                  if "eval_success_rate" in r},
-                                     "standin_by_iteration": curve})
+            results[key] = _row(
+                ROWS[key],
+                ev,
+                train_time_s=t_c + tpo_time,
+                tpo_time_s=tpo_time,
+                tpo={
+                    "iterations": args.tpo_iterations,
+                    "rollouts": args.tpo_rollouts,
+                    "pairs": args.tpo_pairs,
+                    "epochs": args.tpo_epochs,
+                    "sft_weight": args.tpo_sft_weight,
+                    "pose_update": args.tpo_pose_update or args.eval_pose_update,
+                    "rollout_success": [r["rollout_success_rate"] for r in log if r["iteration"] > 0],
+                    "select": args.tpo_select,
+                    "seed": args.tpo_seed,
+                    "selected_iteration": chosen,
+                    "sim_eval": {str(r["iteration"]): r["eval_success_rate"] for r in log if "eval_success_rate" in r},
+                    "standin_by_iteration": curve,
+                },
+            )
         # another process (other --rows) may have saved rows meanwhile: merge into what is on disk now
         row = results[key]
         results = json.loads(results_path.read_text()) if results_path.exists() else {}
@@ -475,19 +655,25 @@ def print_table(results: dict) -> None:
         r = results[key]
         lo, hi = r["ci95"]
         where = " (calibrated sim)" if key == "c_sim" else ""
-        print(f"| ({key}) {r['row']}{where} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {r['episodes']} | "
-              f"{r['train_time_s'] / 60:.1f} min |")
+        print(
+            f"| ({key}) {r['row']}{where} | {r['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {r['episodes']} | "
+            f"{r['train_time_s'] / 60:.1f} min |"
+        )
     diagnosed = [k for k in [*ROWS, "c_sim"] if (results.get(k) or {}).get("reset_pose_error_cm")]
     if diagnosed:
-        print("\nThe reset frame's estimate against the env's reported cup position (cm, horizontal; the stand-in's "
-              "motion-capture truth, read for this table only)")
+        print(
+            "\nThe reset frame's estimate against the env's reported cup position (cm, horizontal; the stand-in's "
+            "motion-capture truth, read for this table only)"
+        )
         print("| row | mean / p90 | mean in successes / failures | success when < 1 cm / >= 1 cm (episodes < 1 cm) |")
         print("|---|---|---|---|")
         for key in diagnosed:
             e = results[key]["reset_pose_error_cm"]
-            print(f"| ({key}) | {e['mean']:.2f} / {e['p90']:.2f} | {_or_dash(e['success_mean'], '.2f')} / "
-                  f"{_or_dash(e['failure_mean'], '.2f')} | {_or_dash(e['success_rate_below_1cm'], '.0%')} / "
-                  f"{_or_dash(e['success_rate_above_1cm'], '.0%')} ({e['episodes_below_1cm']}) |")
+            print(
+                f"| ({key}) | {e['mean']:.2f} / {e['p90']:.2f} | {_or_dash(e['success_mean'], '.2f')} / "
+                f"{_or_dash(e['failure_mean'], '.2f')} | {_or_dash(e['success_rate_below_1cm'], '.0%')} / "
+                f"{_or_dash(e['success_rate_above_1cm'], '.0%')} ({e['episodes_below_1cm']}) |"
+            )
     tpo = results.get("d", {}).get("tpo", {})
     if tpo.get("sim_eval"):
         print(f"\nTPO iterations (0: row c), greedy success; returned: iteration {tpo.get('selected_iteration')}")
@@ -500,8 +686,10 @@ def print_table(results: dict) -> None:
     print("| comparison (same seeds) | rates | only first / only second succeeded | exact McNemar p |")
     print("|---|---|---|---|")
     for c in results.get("_comparisons", []):
-        print(f"| ({c['a']}) vs ({c['b']}) | {c['rate_a']:.0%} vs {c['rate_b']:.0%} | {c['only_a']} / {c['only_b']} | "
-              f"{c['p_value']:.3g} |")
+        print(
+            f"| ({c['a']}) vs ({c['b']}) | {c['rate_a']:.0%} vs {c['rate_b']:.0%} | {c['only_a']} / {c['only_b']} | "
+            f"{c['p_value']:.3g} |"
+        )
 
 
 def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -> None:
@@ -518,8 +706,10 @@ def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -
     if not keys:
         return
     rates = [results[k]["success_rate"] for k in keys]
-    err = [[r - results[k]["ci95"][0] for k, r in zip(keys, rates)],
-           [results[k]["ci95"][1] - r for k, r in zip(keys, rates)]]
+    err = [
+        [r - results[k]["ci95"][0] for k, r in zip(keys, rates)],
+        [results[k]["ci95"][1] - r for k, r in zip(keys, rates)],
+    ]
     fig, ax = plt.subplots(figsize=(8, 4.2))
     colours = ["#bbbbbb" if k == "c_sim" else "#4c78a8" for k in keys]
     ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color=colours)
@@ -529,8 +719,14 @@ def _plot(results: dict, png: Path, task: str, pose_update: str | None = None) -
     ax.set_ylabel("success rate")
     n = results[keys[0]]["episodes"]
     which = " (the reset frame's, held)" if pose_update == "at_reset" else ""
-    ax.set_title(textwrap.fill(f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} "
-                               f"paired seeds; grey: in its own sim)", 100), fontsize=9)
+    ax.set_title(
+        textwrap.fill(
+            f"{task}: ACT on joint state + camera pose estimate{which}, stand-in robot ({n} "
+            f"paired seeds; grey: in its own sim)",
+            100,
+        ),
+        fontsize=9,
+    )
     fig.tight_layout()
     save_figure(fig, png)
 
@@ -548,8 +744,12 @@ def _plot_tpo_iterations(tpo: dict, png: Path, args) -> None:
     sim = {int(k): v for k, v in tpo["sim_eval"].items()}
     real = {int(k): v for k, v in tpo["standin_by_iteration"].items()}
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ax.plot(list(sim), list(sim.values()), "s-", label=f"calibrated sim ({args.tpo_eval_episodes} episodes, TPO's own "
-                                                       f"evaluation)")
+    ax.plot(
+        list(sim),
+        list(sim.values()),
+        "s-",
+        label=f"calibrated sim ({args.tpo_eval_episodes} episodes, TPO's own evaluation)",
+    )
     ax.plot(list(real), list(real.values()), "o-", label=f"stand-in ({args.eval_episodes} episodes)")
     chosen = tpo.get("selected_iteration")
     if chosen in real:

@@ -16,14 +16,14 @@ import tempfile
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
+import gymnasium as gym
+import numpy as np
 
-import embodied_gym  # noqa: E402
-from embodied_gym.data.recording import record  # noqa: E402
-from embodied_gym.data.reader import load_episodes  # noqa: E402
-from embodied_gym.data.replay import replay_episode  # noqa: E402
-from embodied_gym.sim.tasks import TASKS  # noqa: E402
+import embodied_gym
+from embodied_gym.data.reader import load_episodes
+from embodied_gym.data.recording import record
+from embodied_gym.data.replay import replay_episode
+from embodied_gym.sim.tasks import TASKS
 
 
 def main():
@@ -36,8 +36,9 @@ def main():
         for task in TASKS:
             eid = embodied_gym.env_id(task, real=True)
             env = gym.make(eid, obs_type="state", realtime=False)
-            summary = record(env, embodied_gym.make_expert(env), os.path.join(tmp, task), args.episodes,
-                             env_id=eid, progress=True)
+            summary = record(
+                env, embodied_gym.make_expert(env), os.path.join(tmp, task), args.episodes, env_id=eid, progress=True
+            )
             env.close()
             rows = [replay_episode(ep, task).summary() for ep in load_episodes(os.path.join(tmp, task))]
             results[task] = {
@@ -50,11 +51,15 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
-    print("\n| task | expert success on the stand-in | TCP translation error (cm) | TCP rotation error (rad) "
-          "| arm joint RMSE (rad) |\n|---|---|---|---|---|")
+    print(
+        "\n| task | expert success on the stand-in | TCP translation error (cm) | TCP rotation error (rad) "
+        "| arm joint RMSE (rad) |\n|---|---|---|---|---|"
+    )
     for task, r in results.items():
-        print(f"| {task} | {r['stand_in_expert_success']:.0%} ({r['episodes']} ep.) | {100 * r['translation_error_m']:.2f} "
-              f"| {r['rotation_error_rad']:.4f} | {r['joint_rmse_rad']:.4f} |")
+        print(
+            f"| {task} | {r['stand_in_expert_success']:.0%} ({r['episodes']} ep.) | {100 * r['translation_error_m']:.2f} "
+            f"| {r['rotation_error_rad']:.4f} | {r['joint_rmse_rad']:.4f} |"
+        )
 
 
 if __name__ == "__main__":

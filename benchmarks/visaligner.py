@@ -64,23 +64,35 @@ def at_size(ep, size):
 
     h, w = size
     img = lambda v: np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in v])
-    msk = lambda v: np.stack([cv2.resize(m.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) for m in v]).astype(bool)
+    msk = lambda v: np.stack(
+        [cv2.resize(m.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) for m in v]
+    ).astype(bool)
     return PairedEpisode(ep.index, img(ep.real), img(ep.sim), msk(ep.sim_mask), msk(ep.real_mask))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench/visaligner")
-    ap.add_argument("--dataset", help="stand-in PickCup recording with cam_high (default: OUT/standin_pickcup, "
-                                      "recorded when missing)")
+    ap.add_argument(
+        "--dataset",
+        help="stand-in PickCup recording with cam_high (default: OUT/standin_pickcup, recorded when missing)",
+    )
     ap.add_argument("--train-episodes", type=int, default=40)
     ap.add_argument("--heldout-episodes", type=int, default=10)
     ap.add_argument("--image-size", nargs=2, type=int, default=[64, 80], help="the model's frame size")
-    ap.add_argument("--crop", nargs=4, type=float, metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
-                    help="train and evaluate on this region of the recorded frames (fractions; visaligner train "
-                         "--crop), e.g. 0.3 0.2 0.8 0.8 with --record-size 240 320 --image-size 80 128")
-    ap.add_argument("--no-ablations", action="store_true",
-                    help="train and evaluate the full model only: rows (a) and (c), no mask or temporal ablation")
+    ap.add_argument(
+        "--crop",
+        nargs=4,
+        type=float,
+        metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+        help="train and evaluate on this region of the recorded frames (fractions; visaligner train "
+        "--crop), e.g. 0.3 0.2 0.8 0.8 with --record-size 240 320 --image-size 80 128",
+    )
+    ap.add_argument(
+        "--no-ablations",
+        action="store_true",
+        help="train and evaluate the full model only: rows (a) and (c), no mask or temporal ablation",
+    )
     ap.add_argument("--record-size", nargs=2, type=int, help="recorded frame size (default --image-size)")
     ap.add_argument("--vae-steps", type=int, default=200)
     ap.add_argument("--steps", type=int, default=400, help="denoiser steps per model")
@@ -111,25 +123,66 @@ def main() -> int:
     # 1. data: stand-in episodes with cam_high
     t0 = time.time()
     if not (dataset / "meta" / "info.json").exists():
-        wait([run(env_cli + ["record", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", str(n_train + n_eval),
-                             "--cameras", "cam_high", "--image-size", *map(str, args.record_size or args.image_size),
-                             "--workers", "2", "--out",
-                             str(dataset)], out / "record.log")])
+        wait(
+            [
+                run(
+                    env_cli
+                    + [
+                        "record",
+                        "--env",
+                        "EmbodieDreamer-PickCup-Real-v0",
+                        "--episodes",
+                        str(n_train + n_eval),
+                        "--cameras",
+                        "cam_high",
+                        "--image-size",
+                        *map(str, args.record_size or args.image_size),
+                        "--workers",
+                        "2",
+                        "--out",
+                        str(dataset),
+                    ],
+                    out / "record.log",
+                )
+            ]
+        )
     timings["record_s"] = time.time() - t0
     train_eps = list(range(n_train))
     eval_eps = list(range(n_train, n_train + n_eval))
 
     # 2. models: the full one first (it trains the shared VAE), then full and no-mask in parallel
-    common = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny",
-              "--image-size", *map(str, args.image_size), "--vae-steps", str(args.vae_steps),
-              "--batch-size", str(args.batch_size), "--sample-every", "200", "--checkpoint-every", "50",
-              "--episodes", *map(str, train_eps)] + (["--crop", *map(str, args.crop)] if args.crop else [])
+    common = [
+        "visaligner",
+        "train",
+        "--dataset",
+        str(dataset),
+        "--preset",
+        "tiny",
+        "--image-size",
+        *map(str, args.image_size),
+        "--vae-steps",
+        str(args.vae_steps),
+        "--batch-size",
+        str(args.batch_size),
+        "--sample-every",
+        "200",
+        "--checkpoint-every",
+        "50",
+        "--episodes",
+        *map(str, train_eps),
+    ] + (["--crop", *map(str, args.crop)] if args.crop else [])
     full, nomask = out / "full", out / "nomask"
     t0 = time.time()
     if not (full / "vae" / "config.json").exists():
         # the VAE trains alone: every core; the two denoisers then train side by side, one thread each
-        wait([run(env_cli + common + ["--out", str(full), "--steps", "0", "--threads", str(os.cpu_count() or 1)],
-                  out / "train_vae.log")])
+        wait(
+            [
+                run(
+                    env_cli + common + ["--out", str(full), "--steps", "0", "--threads", str(os.cpu_count() or 1)],
+                    out / "train_vae.log",
+                )
+            ]
+        )
     timings["paired_and_vae_s"] = time.time() - t0
     nomask.mkdir(exist_ok=True)
     for name in () if args.no_ablations else ("vae", "paired.npz", "vae_loss.json"):
@@ -142,8 +195,12 @@ def main() -> int:
     for d, extra in ((full, []),) + (() if args.no_ablations else ((nomask, ["--no-masks"]),)):
         state = d / "checkpoint" / "trainer_state.json"
         if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
-            procs.append(run(env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra,
-                             out / f"train_{d.name}.log"))
+            procs.append(
+                run(
+                    env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra,
+                    out / f"train_{d.name}.log",
+                )
+            )
     wait(procs)
     timings["train_both_models_parallel_s"] = time.time() - t0
 
@@ -158,8 +215,14 @@ def main() -> int:
     net_path = out / "fd_local3d.safetensors"
     t0 = time.time()
     if not net_path.exists():
-        r = M.train_local3d([e.real[::stride] for e in trained], [e.sim[::stride] for e in trained], net_path,
-                            steps=args.local3d_steps, clip_length=8, stride=1)
+        r = M.train_local3d(
+            [e.real[::stride] for e in trained],
+            [e.sim[::stride] for e in trained],
+            net_path,
+            steps=args.local3d_steps,
+            clip_length=8,
+            stride=1,
+        )
         (out / "fd_local3d.json").write_text(json.dumps(r.__dict__))
     local3d_info = json.loads((out / "fd_local3d.json").read_text())
     net = M.load_local3d(net_path)
@@ -167,8 +230,12 @@ def main() -> int:
 
     # 4. generate held-out episodes
     t0 = time.time()
-    methods = {"(a) raw sim render": None, "(b) VisAligner, no masks": (pipe_nomask, True),
-               "(c) VisAligner full": (pipe_full, True), "(d) full, temporal layers off": (pipe_full, False)}
+    methods = {
+        "(a) raw sim render": None,
+        "(b) VisAligner, no masks": (pipe_nomask, True),
+        "(c) VisAligner full": (pipe_full, True),
+        "(d) full, temporal layers off": (pipe_full, False),
+    }
     if args.no_ablations:
         methods = {k: v for k, v in methods.items() if k.startswith(("(a)", "(c)"))}
     videos: dict[str, list[np.ndarray]] = {k: [] for k in methods}
@@ -201,27 +268,49 @@ def main() -> int:
         }
     if n_eval >= 4:  # the proxy's noise floor: real held-out episodes against other real ones
         rows["(ref) real vs real, two halves of the held-out episodes"] = {
-            "fd_local3d": M.fd_local3d(net, [r[1:] for r in reals[: n_eval // 2]],
-                                       [r[1:] for r in reals[n_eval // 2:]], clip_length=8, stride=1)}
+            "fd_local3d": M.fd_local3d(
+                net,
+                [r[1:] for r in reals[: n_eval // 2]],
+                [r[1:] for r in reals[n_eval // 2 :]],
+                clip_length=8,
+                stride=1,
+            )
+        }
 
     # 6. sample grid: one held-out episode, 8 frames from t = 1
     k = 0
     cols = np.arange(1, min(len(reals[k]), 1 + 8 * 3), 3)[:8]
     grid_rows = [("real (target)", reals[k]), ("condition", conds[k])] + [(n, v[k]) for n, v in videos.items()]
-    pad = lambda row: np.concatenate([x for f in row[cols] for x in (f, np.full((f.shape[0], 2, 3), 255, np.uint8))],
-                                     axis=1)
+    pad = lambda row: np.concatenate(
+        [x for f in row[cols] for x in (f, np.full((f.shape[0], 2, 3), 255, np.uint8))], axis=1
+    )
     img = np.concatenate([x for _, r in grid_rows for x in (pad(r), np.full((2, pad(r).shape[1], 3), 255, np.uint8))])
     Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
     save_png(args.figure, img)
 
-    result = {"rows": rows, "row_order_in_figure": [n for n, _ in grid_rows], "figure_frames": cols.tolist(),
-              "train_episodes": train_eps, "heldout_episodes": eval_eps, "frame_stride": stride,
-              "sample_steps": args.sample_steps, "crop": args.crop, "image_size": args.image_size,
-              "record_size": args.record_size or args.image_size, "denoiser_steps": args.steps, "vae_steps": args.vae_steps,
-              "batch_size": args.batch_size, "fd_local3d_net": local3d_info, "timings_s": timings,
-              "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
-                          "torch_threads": torch.get_num_threads()},
-              "command": " ".join([os.path.basename(py)] + sys.argv)}
+    result = {
+        "rows": rows,
+        "row_order_in_figure": [n for n, _ in grid_rows],
+        "figure_frames": cols.tolist(),
+        "train_episodes": train_eps,
+        "heldout_episodes": eval_eps,
+        "frame_stride": stride,
+        "sample_steps": args.sample_steps,
+        "crop": args.crop,
+        "image_size": args.image_size,
+        "record_size": args.record_size or args.image_size,
+        "denoiser_steps": args.steps,
+        "vae_steps": args.vae_steps,
+        "batch_size": args.batch_size,
+        "fd_local3d_net": local3d_info,
+        "timings_s": timings,
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "torch_threads": torch.get_num_threads(),
+        },
+        "command": " ".join([os.path.basename(py)] + sys.argv),
+    }
     from embodied_gym.atomic import write_json
 
     for path in (out / "results.json", Path(args.results)):
@@ -230,9 +319,11 @@ def main() -> int:
     print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
     print("|---|---|---|---|---|---|")
     for name, r in rows.items():
-        f = lambda key, fmt: (fmt % r[key]) if key in r else "—"
-        print(f"| {name} | {f('psnr_db', '%.2f')} | {f('ssim', '%.3f')} | {f('object_psnr_db', '%.2f')} | "
-              f"{f('fd_local3d', '%.4f')} | {f('flicker', '%.4f')} |")
+        f = lambda key, fmt, r=r: (fmt % r[key]) if key in r else "—"
+        print(
+            f"| {name} | {f('psnr_db', '%.2f')} | {f('ssim', '%.3f')} | {f('object_psnr_db', '%.2f')} | "
+            f"{f('fd_local3d', '%.4f')} | {f('flicker', '%.4f')} |"
+        )
     print(f"FD-local3D net sha256 {local3d_info['sha256']}; figure {args.figure}; timings {timings}")
     return 0
 

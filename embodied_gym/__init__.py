@@ -16,4 +16,4 @@ __version__ = "0.1.0"
 
 register_envs()
 
-__all__ = ["PhysicsParams", "make_expert", "env_id", "parse_env_id", "TASK_ENVS", "__version__"]
+__all__ = ["TASK_ENVS", "PhysicsParams", "__version__", "env_id", "make_expert", "parse_env_id"]

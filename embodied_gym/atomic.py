@@ -101,13 +101,23 @@ def write_npz(path: str | os.PathLike, compressed: bool = True, **arrays) -> Non
 
     for name, value in arrays.items():
         if np.asarray(value).dtype == object:
-            raise TypeError(f"write_npz({os.fspath(path)!r}): {name!r} is an object array, which only loads "
-                            f"with pickle; pass numeric or string arrays")
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            (np.savez_compressed if compressed else np.savez)(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
+            raise TypeError(
+                f"write_npz({os.fspath(path)!r}): {name!r} is an object array, which only loads "
+                f"with pickle; pass numeric or string arrays"
+            )
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        (np.savez_compressed if compressed else np.savez)(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
 
 
-__all__ = ["is_temporary", "atomic_path", "atomic_dir", "save_figure", "write_bytes", "write_text", "write_json", "write_npz"]
+__all__ = [
+    "atomic_dir",
+    "atomic_path",
+    "is_temporary",
+    "save_figure",
+    "write_bytes",
+    "write_json",
+    "write_npz",
+    "write_text",
+]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from embodied_gym.atomic import atomic_dir, write_json
 
@@ -56,7 +57,7 @@ class CheckpointStore:
         with atomic_dir(final) as tmp:
             write(tmp)
         write_json(self.root / LAST, {"path": final.name, "unit": self.unit, self.unit: counter})
-        for old in sorted(d for d in self.root.iterdir() if d.is_dir() and d.name.isdigit())[:-self.keep]:
+        for old in sorted(d for d in self.root.iterdir() if d.is_dir() and d.name.isdigit())[: -self.keep]:
             if old != final:
                 shutil.rmtree(old, ignore_errors=True)
         return Checkpoint(final, counter, self.unit)
@@ -83,8 +84,10 @@ class CheckpointStore:
             raise ValueError(f"{last} names {path.name}, which does not exist; delete {last} to start over")
         unit = info.get("unit", self.unit)
         if unit != self.unit:
-            raise ValueError(f"{self.root} holds checkpoints counted in {unit}s, not {self.unit}s: it belongs to "
-                             f"another trainer; choose another output folder")
+            raise ValueError(
+                f"{self.root} holds checkpoints counted in {unit}s, not {self.unit}s: it belongs to "
+                f"another trainer; choose another output folder"
+            )
         return Checkpoint(path, counter, self.unit)
 
 
@@ -100,4 +103,4 @@ def latest(out: str | os.PathLike) -> Checkpoint | None:
     return CheckpointStore(out, unit if unit in ("step", "iteration") else "step").latest()
 
 
-__all__ = ["Checkpoint", "CheckpointStore", "LAST", "latest"]
+__all__ = ["LAST", "Checkpoint", "CheckpointStore", "latest"]

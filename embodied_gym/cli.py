@@ -16,8 +16,11 @@ from embodied_gym.commands import COMMANDS, GROUPS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="embodied-gym", description="EmbodieDreamer's Real2Sim2Real loop "
-                                "(arXiv 2507.05198): record -> calibrate -> render -> train -> evaluate")
+    p = argparse.ArgumentParser(
+        prog="embodied-gym",
+        description="EmbodieDreamer's Real2Sim2Real loop "
+        "(arXiv 2507.05198): record -> calibrate -> render -> train -> evaluate",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups: dict[str, argparse._SubParsersAction] = {}
     for cmd in COMMANDS:

@@ -27,9 +27,18 @@ import yaml
 _META = "embodied_gym"
 
 
-def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, help: str = "",
-            flag: str | None = None, aliases: tuple[str, ...] = (), metavar: str | tuple[str, ...] | None = None,
-            choices: tuple | None = None, cli: bool = True, required: bool = False) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    help: str = "",
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    metavar: str | tuple[str, ...] | None = None,
+    choices: tuple | None = None,
+    cli: bool = True,
+    required: bool = False,
+) -> Any:
     """A dataclass field with its command-line spelling.
 
     Args:
@@ -42,8 +51,17 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
         required: the command line (or ``--config`` file) must give it, although the dataclass has a
             default (None) so that another config can nest this one and fill it in.
     """
-    meta = {_META: {"help": help, "flag": flag, "aliases": tuple(aliases), "metavar": metavar,
-                    "choices": choices, "cli": cli, "required": required}}
+    meta = {
+        _META: {
+            "help": help,
+            "flag": flag,
+            "aliases": tuple(aliases),
+            "metavar": metavar,
+            "choices": choices,
+            "cli": cli,
+            "required": required,
+        }
+    }
     kw: dict[str, Any] = {"metadata": meta}
     if default is not dataclasses.MISSING:
         kw["default"] = default
@@ -53,8 +71,10 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
 
 
 def _meta(f: dataclasses.Field) -> dict:
-    return f.metadata.get(_META, {"help": "", "flag": None, "aliases": (), "metavar": None, "choices": None,
-                                  "cli": True, "required": False})
+    return f.metadata.get(
+        _META,
+        {"help": "", "flag": None, "aliases": (), "metavar": None, "choices": None, "cli": True, "required": False},
+    )
 
 
 def _strip_optional(tp) -> tuple[Any, bool]:
@@ -84,8 +104,13 @@ def _parse_mapping_item(text: str) -> tuple[str, Any]:
     return key, yaml.safe_load(value)
 
 
-def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", config_file: bool = False,
-                  skip: frozenset[str] = frozenset()) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    prefix: str = "",
+    config_file: bool = False,
+    skip: frozenset[str] = frozenset(),
+) -> None:
     """Add a flag for every setting of dataclass ``cls`` (nested dataclasses as ``--name.field``),
     and with ``config_file`` a ``--config FILE`` flag for a YAML file of the same settings.
 
@@ -109,8 +134,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, prefix: str = "", 
         if f.default not in (dataclasses.MISSING, None) and "default" not in help_text:
             shown = " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
             help_text = f"{help_text} (default {shown})".strip()
-        kw: dict[str, Any] = {"dest": _dest(prefix, f.name), "default": argparse.SUPPRESS,
-                              "help": help_text.replace("%", "%%") or None}
+        kw: dict[str, Any] = {
+            "dest": _dest(prefix, f.name),
+            "default": argparse.SUPPRESS,
+            "help": help_text.replace("%", "%%") or None,
+        }
         if m["metavar"] is not None:
             kw["metavar"] = m["metavar"]
         origin, args = get_origin(tp), get_args(tp)
@@ -225,13 +253,16 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
 
 
 def _required(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)
-            if (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-            or _meta(f).get("required")}
+    return {
+        f.name
+        for f in dataclasses.fields(cls)
+        if (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING) or _meta(f).get("required")
+    }
 
 
 def to_dict(obj) -> dict:
     """The settings as plain data (YAML/JSON-ready); tuples become lists."""
+
     def plain(v):
         if isinstance(v, tuple):
             return [plain(x) for x in v]
@@ -240,7 +271,8 @@ def to_dict(obj) -> dict:
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
+
     return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
 
 
-__all__ = ["setting", "add_arguments", "from_args", "given", "merge", "load_yaml", "to_dict"]
+__all__ = ["add_arguments", "from_args", "given", "load_yaml", "merge", "setting", "to_dict"]

@@ -24,8 +24,15 @@ class UserInputError(ValueError):
     """A bad argument, file, dataset or setting; the message names it and says how to fix it."""
 
 
-_INPUT_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError,
-                 NotADirectoryError)
+_INPUT_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 

@@ -11,10 +11,19 @@ import os
 from typing import Any
 
 
-def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, physics=None,
-             visaligner: str | os.PathLike | None = None, visaligner_steps: int | None = None,
-             realtime: bool = False, pose_estimator=None, pose_source: str = "estimate",
-             pose_update: str = "every_frame", **kwargs: Any):
+def make_env(
+    env_id: str,
+    *,
+    robot_config: str | os.PathLike | None = None,
+    physics=None,
+    visaligner: str | os.PathLike | None = None,
+    visaligner_steps: int | None = None,
+    realtime: bool = False,
+    pose_estimator=None,
+    pose_source: str = "estimate",
+    pose_update: str = "every_frame",
+    **kwargs: Any,
+):
     """``gym.make(env_id, **kwargs)`` with the options every command shares.
 
     Args:
@@ -64,11 +73,15 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
             raise ValueError(f"pose_source must be one of {list(POSE_SOURCES)}, got {pose_source!r}")
     ground_truth = pose_source == "ground_truth"
     if ground_truth and pose_estimator is None:
-        raise ValueError("pose_source='ground_truth' needs the pose estimator the policy will run on "
-                         "(pose_estimator=DIR): it fixes the layout of the recorded poses")
+        raise ValueError(
+            "pose_source='ground_truth' needs the pose estimator the policy will run on "
+            "(pose_estimator=DIR): it fixes the layout of the recorded poses"
+        )
     if ground_truth and real:
-        raise ValueError(f"pose_source='ground_truth' records the simulator's true object poses; {env_id} is a robot, "
-                         f"which has none to give a policy: record it with pose_source='estimate'")
+        raise ValueError(
+            f"pose_source='ground_truth' records the simulator's true object poses; {env_id} is a robot, "
+            f"which has none to give a policy: record it with pose_source='estimate'"
+        )
     if pose_estimator is not None:
         from embodied_gym.perception.modeling import PoseEstimator
 
@@ -90,8 +103,9 @@ def make_env(env_id: str, *, robot_config: str | os.PathLike | None = None, phys
         from embodied_gym.wrappers.visaligner import VisAlignerWrapper
 
         cams = tuple(kw.get("cameras", ()))
-        env = VisAlignerWrapper(env, visaligner, camera=cams[0] if cams else "cam_high",
-                                num_inference_steps=visaligner_steps)
+        env = VisAlignerWrapper(
+            env, visaligner, camera=cams[0] if cams else "cam_high", num_inference_steps=visaligner_steps
+        )
     if pose_estimator is not None:
         from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper, estimator_source
 

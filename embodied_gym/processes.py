@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["cpu_count", "exit_with_parent", "WorkerPool"]
+__all__ = ["WorkerPool", "cpu_count", "exit_with_parent"]
 
 
 def cpu_count() -> int:
@@ -56,14 +56,16 @@ class WorkerPool:
     the workers when the work finished, and otherwise drops the queued jobs and stops the running ones.
     As a context manager it closes with ``finished`` = no exception."""
 
-    def __init__(self, workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = (),
-                 what: str = "worker"):
+    def __init__(
+        self, workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = (), what: str = "worker"
+    ):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
         self.what = what
-        self.pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                        initargs=(initializer, initargs))
+        self.pool = ProcessPoolExecutor(
+            workers, mp_context=mp.get_context("spawn"), initializer=_init_worker, initargs=(initializer, initargs)
+        )
 
     def submit(self, fn: Callable, *args: Any):
         return self.pool.submit(fn, *args)
@@ -74,9 +76,11 @@ class WorkerPool:
         try:
             return future.result()
         except BrokenProcessPool as e:
-            raise RuntimeError(f"a {self.what} process died ({e}). Workers are started with 'spawn' and import the "
-                               f"main module: a script that starts them must guard its entry point with "
-                               f"if __name__ == '__main__':") from e
+            raise RuntimeError(
+                f"a {self.what} process died ({e}). Workers are started with 'spawn' and import the "
+                f"main module: a script that starts them must guard its entry point with "
+                f"if __name__ == '__main__':"
+            ) from e
 
     def close(self, finished: bool) -> None:
         if finished:

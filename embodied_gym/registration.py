@@ -51,8 +51,10 @@ def parse_env_id(value: str) -> EnvId:
     """
     m = _ID.match(value or "") if isinstance(value, str) else None
     if m is None:
-        raise ValueError(f"{value!r} is not an embodied-gym env id; expected {PREFIX}-<Task>-v0 or "
-                         f"{PREFIX}-<Task>-Real-v0, e.g. {env_id('PickCup')!r}")
+        raise ValueError(
+            f"{value!r} is not an embodied-gym env id; expected {PREFIX}-<Task>-v0 or "
+            f"{PREFIX}-<Task>-Real-v0, e.g. {env_id('PickCup')!r}"
+        )
     make_task(m["task"])  # unknown task -> ValueError listing the valid ones
     return EnvId(m["task"], m["real"] is not None, int(m["version"]))
 
@@ -63,5 +65,9 @@ def register_envs() -> None:
         if env_id(task) not in gym.registry:
             gym.register(id=env_id(task), entry_point=f"{cls.__module__}:{cls.__name__}", max_episode_steps=steps)
         if env_id(task, real=True) not in gym.registry:
-            gym.register(id=env_id(task, real=True), entry_point="embodied_gym.envs.real_env:AlohaRealEnv",
-                         max_episode_steps=steps, kwargs={"task": task})
+            gym.register(
+                id=env_id(task, real=True),
+                entry_point="embodied_gym.envs.real_env:AlohaRealEnv",
+                max_episode_steps=steps,
+                kwargs={"task": task},
+            )

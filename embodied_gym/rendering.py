@@ -21,12 +21,13 @@ frames, by the one rule the pose estimator and a VisAligner model trained on a c
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes.util
 import os
 import sys
 import weakref
 
-_LIVE_RENDERERS: "weakref.WeakSet" = weakref.WeakSet()
+_LIVE_RENDERERS: weakref.WeakSet = weakref.WeakSet()
 _AT_EXIT: list[bool] = []
 _GL_USED: list[bool] = []  # this process made an OpenGL context
 _FORKED_AFTER_GL: list[bool] = []  # this process was forked from one that had
@@ -41,9 +42,9 @@ _FORK_HELP = (
     "this process was forked from one that had already rendered with MuJoCo (MUJOCO_GL={gl}); an "
     "OpenGL context does not survive fork, and rendering here would wait forever. Start worker "
     "processes with 'spawn' or 'forkserver' instead: gym.make_vec(..., vectorization_mode=\"async\", "
-    "vector_kwargs={{\"context\": \"spawn\"}}), gym.vector.AsyncVectorEnv(env_fns, context=\"spawn\"), "
-    "SubprocVecEnv(env_fns, start_method=\"forkserver\") (its default), or "
-    "multiprocessing.get_context(\"spawn\"). Alternatively create the worker processes before the "
+    'vector_kwargs={{"context": "spawn"}}), gym.vector.AsyncVectorEnv(env_fns, context="spawn"), '
+    'SubprocVecEnv(env_fns, start_method="forkserver") (its default), or '
+    'multiprocessing.get_context("spawn"). Alternatively create the worker processes before the '
     "first frame is rendered in this one."
 )
 
@@ -86,10 +87,8 @@ def _close_renderers() -> None:
     # libraries are gone, which prints noisy tracebacks; close them while everything still exists.
     # Registered after MuJoCo's own EGL atexit hook (made with the first context), so it runs first.
     for r in list(_LIVE_RENDERERS):
-        try:
+        with contextlib.suppress(Exception):
             r.close()
-        except Exception:
-            pass
 
 
 def select_gl_backend() -> str | None:
@@ -145,8 +144,10 @@ def crop_box(frame_shape, crop) -> tuple[int, int, int, int]:
     h, w = int(frame_shape[0]), int(frame_shape[1])
     t, l, b, r = (float(v) for v in crop)
     if not (0 <= t < b <= 1 and 0 <= l < r <= 1):
-        raise ValueError(f"crop must be (top, left, bottom, right) fractions with 0 <= top < bottom <= 1 and "
-                         f"0 <= left < right <= 1, got {tuple(crop)}")
+        raise ValueError(
+            f"crop must be (top, left, bottom, right) fractions with 0 <= top < bottom <= 1 and "
+            f"0 <= left < right <= 1, got {tuple(crop)}"
+        )
     return round(t * h), round(l * w), round(b * h), round(r * w)
 
 
@@ -158,6 +159,8 @@ def crop_frames(frames, crop, *, channels: bool = True):
     frames = np.asarray(frames)
     hw = frames.ndim - (3 if channels else 2)
     if hw < 0:
-        raise ValueError(f"crop_frames: expected (..., H, W{', C' if channels else ''}) arrays, got shape {frames.shape}")
-    t, l, b, r = crop_box(frames.shape[hw:hw + 2], crop)
+        raise ValueError(
+            f"crop_frames: expected (..., H, W{', C' if channels else ''}) arrays, got shape {frames.shape}"
+        )
+    t, l, b, r = crop_box(frames.shape[hw : hw + 2], crop)
     return np.ascontiguousarray(frames[(slice(None),) * hw + (slice(t, b), slice(l, r))])

@@ -4,7 +4,7 @@ informational lines off the terminal."""
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -1,6 +1,6 @@
 """Make an env, let the scripted expert solve it, and save what the top camera saw.
 
-    MUJOCO_GL=egl .venv/bin/python examples/quickstart.py --task PickCup --out pickcup.mp4
+MUJOCO_GL=egl .venv/bin/python examples/quickstart.py --task PickCup --out pickcup.mp4
 """
 
 import argparse

@@ -61,8 +61,12 @@ def evaluate(model, seeds) -> dict:
         dists.append(info["reach_distance"])
         rewards.append(total / n)
     env.close()
-    return {"final_distance_cm": float(np.mean(dists) * 100), "final_distance_cm_std": float(np.std(dists) * 100),
-            "mean_step_reward": float(np.mean(rewards)), "within_5cm": float(np.mean(np.array(dists) < 0.05))}
+    return {
+        "final_distance_cm": float(np.mean(dists) * 100),
+        "final_distance_cm_std": float(np.std(dists) * 100),
+        "mean_step_reward": float(np.mean(rewards)),
+        "within_5cm": float(np.mean(np.array(dists) < 0.05)),
+    }
 
 
 def main() -> None:
@@ -76,20 +80,48 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     eval_seeds = range(10_000, 10_020)
-    results = {"task": "PickCup reach stage", "episode_steps": EPISODE_STEPS,
-               "zero_action_baseline": evaluate(None, eval_seeds)}
+    results = {
+        "task": "PickCup reach stage",
+        "episode_steps": EPISODE_STEPS,
+        "zero_action_baseline": evaluate(None, eval_seeds),
+    }
     curves = {}
-    for name, algo, steps in (("ppo", PPO, args.ppo_steps), ("sac", SAC, args.sac_steps)):
+    for name, _algo, steps in (("ppo", PPO, args.ppo_steps), ("sac", SAC, args.sac_steps)):
         if steps <= 0:
             continue
-        venv = make_vec_env(make_reach_env, n_envs=args.envs, seed=args.seed, vec_env_cls=SubprocVecEnv,
-                            env_kwargs={"task": "PickCup", "max_episode_steps": EPISODE_STEPS})
+        venv = make_vec_env(
+            make_reach_env,
+            n_envs=args.envs,
+            seed=args.seed,
+            vec_env_cls=SubprocVecEnv,
+            env_kwargs={"task": "PickCup", "max_episode_steps": EPISODE_STEPS},
+        )
         if name == "ppo":
-            model = PPO("MultiInputPolicy", venv, n_steps=512, batch_size=128, n_epochs=10, gamma=0.98,
-                        learning_rate=3e-4, seed=args.seed, device="cpu", verbose=0)
+            model = PPO(
+                "MultiInputPolicy",
+                venv,
+                n_steps=512,
+                batch_size=128,
+                n_epochs=10,
+                gamma=0.98,
+                learning_rate=3e-4,
+                seed=args.seed,
+                device="cpu",
+                verbose=0,
+            )
         else:
-            model = SAC("MultiInputPolicy", venv, learning_starts=500, batch_size=256, gamma=0.98,
-                        train_freq=1, gradient_steps=1, seed=args.seed, device="cpu", verbose=0)
+            model = SAC(
+                "MultiInputPolicy",
+                venv,
+                learning_starts=500,
+                batch_size=256,
+                gamma=0.98,
+                train_freq=1,
+                gradient_steps=1,
+                seed=args.seed,
+                device="cpu",
+                verbose=0,
+            )
         before = evaluate(model, eval_seeds)
         cb = CurveCallback(steps, name)
         t0 = time.time()
@@ -101,9 +133,11 @@ def main() -> None:
         after = evaluate(model, eval_seeds)
         curves[name] = cb.points
         results[name] = {"timesteps": steps, "train_time_s": wall, "before": before, "after": after}
-        print(f"{name}: {steps} steps in {wall:.0f} s; final distance {before['final_distance_cm']:.1f} -> "
-              f"{after['final_distance_cm']:.1f} cm, mean step reward {before['mean_step_reward']:.3f} -> "
-              f"{after['mean_step_reward']:.3f}")
+        print(
+            f"{name}: {steps} steps in {wall:.0f} s; final distance {before['final_distance_cm']:.1f} -> "
+            f"{after['final_distance_cm']:.1f} cm, mean step reward {before['mean_step_reward']:.3f} -> "
+            f"{after['mean_step_reward']:.3f}"
+        )
     results["curves"] = curves
     (out / "sb3_results.json").write_text(json.dumps(results, indent=2))
     _plot(curves, results, out / "learning_curve.png")
@@ -123,7 +157,7 @@ def _plot(curves, results, png):
             w = max(1, len(r) // 30)
             smooth = np.convolve(r, np.ones(w) / w, mode="valid")
             ax.plot(t, r, ".", alpha=0.25, ms=3, label="episode")
-            ax.plot(t[w - 1:], smooth, label=f"moving mean ({w})")
+            ax.plot(t[w - 1 :], smooth, label=f"moving mean ({w})")
         base = results["zero_action_baseline"]["mean_step_reward"]
         ax.axhline(base, color="gray", ls="--", lw=1, label="zero action")
         ax.set_title(f"{name.upper()}: PickCup reach stage")

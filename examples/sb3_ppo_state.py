@@ -19,8 +19,9 @@ p.add_argument("--steps", type=int, default=20_000)
 p.add_argument("--envs", type=int, default=2)
 args = p.parse_args()
 
-venv = make_vec_env(f"EmbodieDreamer-{args.task}-v0", n_envs=args.envs,
-                    env_kwargs=dict(obs_type="state", control_mode="ee_delta"))
+venv = make_vec_env(
+    f"EmbodieDreamer-{args.task}-v0", n_envs=args.envs, env_kwargs=dict(obs_type="state", control_mode="ee_delta")
+)
 model = PPO("MultiInputPolicy", venv, n_steps=512, batch_size=256, verbose=1, device="cpu")
 model.learn(total_timesteps=args.steps, progress_bar=False)
 save_sb3(model, f"ppo_{args.task}.zip")  # + ppo_<task>.env.json: `embodied-gym eval` makes this env

@@ -19,7 +19,9 @@ p.add_argument("--episodes", type=int, default=5)
 args = p.parse_args()
 
 for env_id in (embodied_gym.env_id(args.task), embodied_gym.env_id(args.task, real=True)):
-    extra = {"realtime": False} if embodied_gym.parse_env_id(env_id).real else {}  # the stand-in may run faster than real time
+    extra = (
+        {"realtime": False} if embodied_gym.parse_env_id(env_id).real else {}
+    )  # the stand-in may run faster than real time
     with gym.make(env_id, obs_type="state", **extra) as env:
         policy = embodied_gym.make_expert(env)  # any policy(obs, info) -> action works the same way
         wins = []

@@ -24,8 +24,13 @@ def main() -> None:
     args = ap.parse_args()
 
     pipe = VisAlignerPipeline.from_pretrained(args.model)
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels_state", cameras=("cam_high",),
-                   image_size=pipe.config.image_size, render_mode="rgb_array")
+    env = gym.make(
+        "EmbodieDreamer-PickCup-v0",
+        obs_type="pixels_state",
+        cameras=("cam_high",),
+        image_size=pipe.config.image_size,
+        render_mode="rgb_array",
+    )
     env = VisAlignerWrapper(env, pipe, camera="cam_high")
     expert = embodied_gym.make_expert(env)
     obs, info = env.reset(seed=args.seed)

@@ -3,4 +3,4 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import embodied_gym  # noqa: E402,F401  (registers the envs)
+import embodied_gym  # noqa: F401  (registers the envs)

@@ -11,10 +11,9 @@ from embodied_gym import atomic
 def test_failed_write_keeps_the_old_file(tmp_path):
     target = tmp_path / "result.json"
     atomic.write_json(target, {"a": 1})
-    with pytest.raises(RuntimeError):
-        with atomic.atomic_path(target) as tmp:
-            tmp.write_text('{"a": ')  # half written
-            raise RuntimeError("killed mid-write")
+    with pytest.raises(RuntimeError), atomic.atomic_path(target) as tmp:
+        tmp.write_text('{"a": ')  # half written
+        raise RuntimeError("killed mid-write")
     assert target.read_text().replace(" ", "").replace("\n", "") == '{"a":1}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
@@ -31,10 +30,9 @@ def test_atomic_dir_replaces_a_folder_whole(tmp_path):
     target = tmp_path / "model"
     with atomic.atomic_dir(target) as d:
         (d / "weights").write_text("v1")
-    with pytest.raises(KeyboardInterrupt):
-        with atomic.atomic_dir(target) as d:
-            (d / "weights").write_text("v2-partial")
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), atomic.atomic_dir(target) as d:
+        (d / "weights").write_text("v2-partial")
+        raise KeyboardInterrupt
     assert (target / "weights").read_text() == "v1"
     with atomic.atomic_dir(target) as d:
         (d / "weights").write_text("v2")

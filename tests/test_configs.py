@@ -38,9 +38,33 @@ def _parse(argv, config=None):
 
 
 def test_flags_follow_field_names_and_types():
-    cfg = _parse(["--dataset", "d", "--batch-size", "4", "--mode", "b", "--cameras", "x", "y", "--episodes", "1", "2",
-                  "--resume", "--threads", "2", "--overrides", "lr=0.001", "name=z", "--inner.steps", "5",
-                  "--inner.image-size", "48", "64"])
+    cfg = _parse(
+        [
+            "--dataset",
+            "d",
+            "--batch-size",
+            "4",
+            "--mode",
+            "b",
+            "--cameras",
+            "x",
+            "y",
+            "--episodes",
+            "1",
+            "2",
+            "--resume",
+            "--threads",
+            "2",
+            "--overrides",
+            "lr=0.001",
+            "name=z",
+            "--inner.steps",
+            "5",
+            "--inner.image-size",
+            "48",
+            "64",
+        ]
+    )
     assert (cfg.dataset, cfg.batch_size, cfg.mode, cfg.cameras, cfg.episodes) == ("d", 4, "b", ("x", "y"), [1, 2])
     assert cfg.resume is True and cfg.num_threads == 2
     assert cfg.overrides == {"lr": 0.001, "name": "z"}
@@ -71,8 +95,18 @@ def test_every_setting_reachable_from_yaml_has_a_flag():
     p = argparse.ArgumentParser()
     configs.add_arguments(p, Outer)
     dests = {a.dest for a in p._actions}
-    assert {"dataset", "batch_size", "mode", "cameras", "episodes", "resume", "num_threads", "overrides",
-            "inner__steps", "inner__image_size"} <= dests
+    assert {
+        "dataset",
+        "batch_size",
+        "mode",
+        "cameras",
+        "episodes",
+        "resume",
+        "num_threads",
+        "overrides",
+        "inner__steps",
+        "inner__image_size",
+    } <= dests
 
 
 def test_demo_settings_are_reachable_from_the_command_line(tmp_path):
@@ -80,8 +114,21 @@ def test_demo_settings_are_reachable_from_the_command_line(tmp_path):
     from embodied_gym.cli import build_parser
     from embodied_gym.demo.config import DemoConfig, load_config
 
-    args = build_parser().parse_args(["demo", "--profile", "smoke", "--act.steps", "7", "--calibrate.method", "sa",
-                                      "--tasks", "PickCup", "CupOnMat", "--no-evaluate.expert"])
+    args = build_parser().parse_args(
+        [
+            "demo",
+            "--profile",
+            "smoke",
+            "--act.steps",
+            "7",
+            "--calibrate.method",
+            "sa",
+            "--tasks",
+            "PickCup",
+            "CupOnMat",
+            "--no-evaluate.expert",
+        ]
+    )
     cfg = load_config("smoke")
     configs.merge(cfg, configs.given(args, DemoConfig), "command line")
     assert cfg.act.steps == 7 and cfg.calibrate.method == "sa" and cfg.tasks == ["PickCup", "CupOnMat"]

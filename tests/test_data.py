@@ -17,8 +17,9 @@ from embodied_gym.metrics import quat_to_mat, rotation_error
 
 
 def _short_env(eid="EmbodieDreamer-PickCup-v0", steps=25, **kw):
-    return gym.make(eid, obs_type="pixels_state", cameras=("cam_high",), image_size=(32, 40),
-                    max_episode_steps=steps, **kw)
+    return gym.make(
+        eid, obs_type="pixels_state", cameras=("cam_high",), image_size=(32, 40), max_episode_steps=steps, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +122,9 @@ def test_a_truncated_parquet_file_is_named(sim_dataset, tmp_path, capsys):
     shutil.copytree(sim_dataset, video_root)
     video = sorted((video_root / "videos").rglob("*.mp4"))[-1]
     video.write_bytes(video.read_bytes()[: video.stat().st_size // 3])
-    with pytest.raises(DatasetError, match=f"cannot decode episode 1 of camera 'cam_high' from "
-                                           f"{video.relative_to(video_root)}"):
+    with pytest.raises(
+        DatasetError, match=f"cannot decode episode 1 of camera 'cam_high' from {video.relative_to(video_root)}"
+    ):
         open_dataset(video_root).frames("cam_high", 1)
 
 
@@ -135,8 +137,10 @@ def test_an_episode_out_of_range_names_the_valid_ones(sim_dataset, tmp_path, cap
     assert f"dataset {sim_dataset} has episodes 0-1; episode(s) [99] out of range" in capsys.readouterr().err
     with pytest.raises(DatasetError, match="out of range"):
         open_dataset(sim_dataset).frames("cam_high", 2)
-    assert main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99",
-                 "--out", str(tmp_path / "a")]) == 2
+    assert (
+        main(["train", "act", "--dataset", str(sim_dataset), "--episodes", "0", "99", "--out", str(tmp_path / "a")])
+        == 2
+    )
     assert "has episodes 0-1; episode(s) [99] out of range" in capsys.readouterr().err
 
 
@@ -152,8 +156,11 @@ def test_a_damaged_sidecar_line_is_named(sim_dataset, tmp_path):
 def test_writer_refuses_to_resume_with_other_settings(sim_dataset, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(sim_dataset, root)
-    with pytest.raises(DatasetError, match=r"observation.images.cam_high: \('video', \(32, 40, 3\)\) "
-                                           r"\(now \('video', \(48, 64, 3\)\)\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"observation.images.cam_high: \('video', \(32, 40, 3\)\) "
+        r"\(now \('video', \(48, 64, 3\)\)\)",
+    ):
         EpisodeWriter(root, F.dataset_features(("cam_high",), (48, 64)), resume=True)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
@@ -199,32 +206,63 @@ def _record_like_v0_1(env, root, episodes, env_id):
         "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
         "next.success": {"dtype": "bool", "shape": (1,), "names": None},
         "next.done": {"dtype": "bool", "shape": (1,), "names": None},
-        "observation.images.cam_high": {"dtype": "video", "shape": (32, 40, 3),
-                                        "names": ["height", "width", "channels"]},
+        "observation.images.cam_high": {
+            "dtype": "video",
+            "shape": (32, 40, 3),
+            "names": ["height", "width", "channels"],
+        },
     }
     enc = RGBEncoderConfig(vcodec="h264", extra_options={"x264-params": "log=-1"})
     expert, rows = embodied_gym.make_expert(env), []
     for index in range(episodes):
-        ds = (LeRobotDataset.create("embodied_gym/old", fps=50, features=feats, root=root, robot_type="aloha",
-                                    use_videos=True, video_backend="pyav", rgb_encoder=enc) if index == 0 else
-              LeRobotDataset.resume("embodied_gym/old", root=root, video_backend="pyav", rgb_encoder=enc))
+        ds = (
+            LeRobotDataset.create(
+                "embodied_gym/old",
+                fps=50,
+                features=feats,
+                root=root,
+                robot_type="aloha",
+                use_videos=True,
+                video_backend="pyav",
+                rgb_encoder=enc,
+            )
+            if index == 0
+            else LeRobotDataset.resume("embodied_gym/old", root=root, video_backend="pyav", rgb_encoder=enc)
+        )
         obs, info = env.reset(seed=index)
         done = False
         while not done:
-            frame = {"observation.state": obs["joint_pos"].astype(np.float32),
-                     "observation.velocity": obs["joint_vel"].astype(np.float32),
-                     "observation.ee_pose": np.asarray(info["tcp_poses"], np.float32).reshape(14),
-                     "observation.images.cam_high": obs["cam_high"]}
+            frame = {
+                "observation.state": obs["joint_pos"].astype(np.float32),
+                "observation.velocity": obs["joint_vel"].astype(np.float32),
+                "observation.ee_pose": np.asarray(info["tcp_poses"], np.float32).reshape(14),
+                "observation.images.cam_high": obs["cam_high"],
+            }
             obs, reward, terminated, truncated, info = env.step(expert(obs, info))
             done = terminated or truncated
-            frame.update({"action": np.asarray(u.commanded_targets, np.float32),
-                          "next.reward": np.array([reward], np.float32), "next.success": np.array([False]),
-                          "next.done": np.array([done]), "task": u.task.description})
+            frame.update(
+                {
+                    "action": np.asarray(u.commanded_targets, np.float32),
+                    "next.reward": np.array([reward], np.float32),
+                    "next.success": np.array([False]),
+                    "next.done": np.array([done]),
+                    "task": u.task.description,
+                }
+            )
             ds.add_frame(frame)
         ds.save_episode()
         ds.finalize()
-        rows.append({"episode_index": index, "seed": index, "success": False, "length": int(info["step"]),
-                     "env_id": env_id, "control_mode": "joint_pos", "layout": {}})
+        rows.append(
+            {
+                "episode_index": index,
+                "seed": index,
+                "success": False,
+                "length": int(info["step"]),
+                "env_id": env_id,
+                "control_mode": "joint_pos",
+                "layout": {},
+            }
+        )
         (root / "meta" / "embodied_gym_episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -237,8 +275,15 @@ def test_a_dataset_written_by_the_previous_writer_loads_and_resumes(tmp_path):
     eps = ds.episodes()
     assert [(e.index, e.seed, len(e.action)) for e in eps] == [(0, 0, 6), (1, 1, 6)]
     assert ds.frames("cam_high", 1).shape == (6, 32, 40, 3)
-    summary = record(env, embodied_gym.make_expert(env), root, 1, resume=True, progress=False,
-                     env_id="EmbodieDreamer-PickCup-Real-v0")
+    summary = record(
+        env,
+        embodied_gym.make_expert(env),
+        root,
+        1,
+        resume=True,
+        progress=False,
+        env_id="EmbodieDreamer-PickCup-Real-v0",
+    )
     env.close()
     assert summary.episodes == 3 and [r["episode_index"] for r in open_dataset(root).rows()] == [0, 1, 2]
     # without the sidecar (a dataset from LeRobot's own tools): episodes load, the task must be given
@@ -250,8 +295,8 @@ def test_a_dataset_written_by_the_previous_writer_loads_and_resumes(tmp_path):
 
 
 def test_parse_env_id_inverts_env_id():
-    from embodied_gym.sim.tasks import TASKS
     from embodied_gym.registration import EnvId, parse_env_id
+    from embodied_gym.sim.tasks import TASKS
 
     for task in TASKS:
         for real in (False, True):
@@ -282,10 +327,12 @@ def test_recording_continues_past_success_with_frames_marked(tmp_path):
     """Episodes go on after_success_steps past the first success (the env's own terminate_on_success
     is switched off meanwhile and restored); each frame's next.success says whether the task is done."""
     env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state")  # terminate_on_success=True, as registered
-    summary = record(env, embodied_gym.make_expert(env), tmp_path / "after", 1, seed=4, progress=False,
-                     after_success_steps=12)
-    stop = record(env, embodied_gym.make_expert(env), tmp_path / "stop", 1, seed=4, progress=False,
-                  after_success_steps=0)
+    summary = record(
+        env, embodied_gym.make_expert(env), tmp_path / "after", 1, seed=4, progress=False, after_success_steps=12
+    )
+    stop = record(
+        env, embodied_gym.make_expert(env), tmp_path / "stop", 1, seed=4, progress=False, after_success_steps=0
+    )
     assert env.unwrapped.terminate_on_success is True
     env.close()
     assert summary.success_rate == 1.0 and stop.success_rate == 1.0
@@ -312,8 +359,8 @@ def _small_object_frames(n=20, h=64, w=80):
     for i in range(n):
         f, m = table.copy(), np.zeros((h, w), bool)
         r, c = 30, 20 + i
-        f[r:r + 3, c:c + 3] = (200, 196, 185)
-        m[r:r + 3, c:c + 3] = True
+        f[r : r + 3, c : c + 3] = (200, 196, 185)
+        m[r : r + 3, c : c + 3] = True
         frames.append(f.astype(np.uint8))
         masks.append(m)
     return np.stack(frames), np.stack(masks), table.astype(np.float64)
@@ -334,10 +381,19 @@ def test_video_quality_keeps_a_small_objects_contrast(tmp_path):
         root = tmp_path / f"crf{crf}"
         with EpisodeWriter(root, F.dataset_features(("cam_high",), frames.shape[1:3]), crf=crf) as w:
             for f in frames:
-                w.add_frame({F.STATE: np.zeros(14, np.float32), F.VELOCITY: np.zeros(14, np.float32),
-                             F.EE_POSE: np.zeros(14, np.float32), F.image_key("cam_high"): f,
-                             F.ACTION: np.zeros(14, np.float32), F.REWARD: np.zeros(1, np.float32),
-                             F.SUCCESS: np.array([False]), F.DONE: np.array([False]), F.TASK: "t"})
+                w.add_frame(
+                    {
+                        F.STATE: np.zeros(14, np.float32),
+                        F.VELOCITY: np.zeros(14, np.float32),
+                        F.EE_POSE: np.zeros(14, np.float32),
+                        F.image_key("cam_high"): f,
+                        F.ACTION: np.zeros(14, np.float32),
+                        F.REWARD: np.zeros(1, np.float32),
+                        F.SUCCESS: np.array([False]),
+                        F.DONE: np.array([False]),
+                        F.TASK: "t",
+                    }
+                )
             w.save_episode({})
         decoded = open_dataset(root).frames("cam_high", 0)
         assert decoded.shape == frames.shape

@@ -51,8 +51,11 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     assert meta["env_state"] and meta["camera_fps"] == 10 and meta["pose_estimator"]["path"].endswith("model")
     # the aligned-sim demos hold the sim's true poses (sim_pose_source), the stand-in demos the estimate
     assert meta["pose_estimator"]["values"] == "ground_truth"
-    real_meta = json.loads((latest_checkpoint(smoke_run / "act_real" / "policy") / "pretrained_model" /
-                            "embodied_gym_policy.json").read_text())
+    real_meta = json.loads(
+        (
+            latest_checkpoint(smoke_run / "act_real" / "policy") / "pretrained_model" / "embodied_gym_policy.json"
+        ).read_text()
+    )
     assert "values" not in real_meta["pose_estimator"]
     paired = summary["tasks"]["PickCup"]["paired"]
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
@@ -73,7 +76,9 @@ def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
     assert main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s"]) == 0
     stages = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
     assert all(s["cached"] for s in stages.values())
-    assert main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s", "--from", "evaluate"]) == 0
+    assert (
+        main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s", "--from", "evaluate"]) == 0
+    )
     stages = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
     assert [n for n, s in stages.items() if not s["cached"]] == ["evaluate"]
 
@@ -81,8 +86,10 @@ def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
     # its recorded demonstrations (3 in the smoke profile) instead of evaluating it again
     override = smoke_run.parent / "no_expert.yaml"
     override.write_text("evaluate: {expert: false}\n")
-    assert main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s",
-                 "--config", str(override)]) == 0
+    assert (
+        main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s", "--config", str(override)])
+        == 0
+    )
     summary = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]
     assert [n for n, s in summary["stages"].items() if not s["cached"]] == ["evaluate"]
     expert = summary["evaluation"]["expert"]
@@ -108,7 +115,9 @@ def test_robot_config_runs_the_loop_against_another_stand_in_world(smoke_run, tm
     qa, qb = np.stack(a.table([0])["observation.state"]), np.stack(b.table([0])["observation.state"])
     n = min(len(qa), len(qb))
     assert np.abs(qa[:n] - qb[:n]).max() > 1e-3
-    assert main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "x", "--robot-config", "nope.yaml"]) == 2
+    assert (
+        main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "x", "--robot-config", "nope.yaml"]) == 2
+    )
     assert "robot_config nope.yaml: no such file" in capsys.readouterr().err
 
 
@@ -179,8 +188,12 @@ def test_full_profile_is_paper_image_act_at_240x320_on_cuda():
     assert h >= 240 and w >= 320
     assert cfg.act.image_size is None and PRESETS["paper"].image_size is None  # trains on frames as recorded
     assert preset(cfg.visaligner.preset, **cfg.visaligner.model).image_size == (h, w)  # VisAligner at that size too
-    assert cfg.devices() == {"act.device": "cuda", "visaligner.device": "cuda", "generate.device": "cuda",
-                             "tpo.device": "cuda"}
+    assert cfg.devices() == {
+        "act.device": "cuda",
+        "visaligner.device": "cuda",
+        "generate.device": "cuda",
+        "tpo.device": "cuda",
+    }
     assert cfg.require_backbone_weights and cfg.act.backbone_weights is None  # the user supplies the file
     assert not load_config("quick").require_backbone_weights and load_config("quick").act.device == "cpu"
 

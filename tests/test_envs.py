@@ -88,8 +88,9 @@ def test_each_camera_renders_a_non_constant_image(camera):
 
 
 def test_observation_is_flat_and_privileged_state_is_in_info():
-    env = gym.make("EmbodieDreamer-PenInCup-v0", obs_type="pixels_state", cameras=("cam_high", "cam_front"),
-                   image_size=SMALL)
+    env = gym.make(
+        "EmbodieDreamer-PenInCup-v0", obs_type="pixels_state", cameras=("cam_high", "cam_front"), image_size=SMALL
+    )
     obs, info = env.reset(seed=0)
     assert set(obs) == {"joint_pos", "joint_vel", "cam_high", "cam_front"}
     assert all(isinstance(s, gym.spaces.Box) for s in env.observation_space.spaces.values())
@@ -149,7 +150,7 @@ def test_lifting_is_needed_touching_is_not_enough():
     obs, info = env.reset(seed=1)
     plan = expert._plan(info)
     closing = next(i for i, wp in enumerate(plan) if wp.grip < robot.GRIPPER_OPEN)
-    grasp_steps = sum(wp.steps for wp in plan[:closing + 1])
+    grasp_steps = sum(wp.steps for wp in plan[: closing + 1])
     last = None
     for _ in range(grasp_steps + 10):
         action = expert(obs, info) if info["step"] < grasp_steps else last
@@ -188,27 +189,33 @@ def test_out_of_bounds_action_is_clipped_and_counted(env):
     assert env.unwrapped.joint_targets[0] == pytest.approx(robot.JOINT_HIGH[0])
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(cameras=("cam_top",)), "cam_high"),
-    (dict(obs_type="rgb"), "pixels_state"),
-    (dict(control_mode="torque"), "ee_delta"),
-    (dict(task="FoldLaundry"), "PickCup"),
-    (dict(image_size=(5, 5)), "image_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(cameras=("cam_top",)), "cam_high"),
+        (dict(obs_type="rgb"), "pixels_state"),
+        (dict(control_mode="torque"), "ee_delta"),
+        (dict(task="FoldLaundry"), "PickCup"),
+        (dict(image_size=(5, 5)), "image_size"),
+    ],
+)
 def test_unknown_names_list_the_valid_ones(kwargs, match):
     with pytest.raises(ValueError, match=match):
         gym.make("EmbodieDreamer-PickCup-v0", **kwargs)
 
 
-@pytest.mark.parametrize("kwargs,needles", [
-    (dict(cameras=None), ["cameras must be a camera name or a list", "None", "cam_high"]),
-    (dict(cameras=[None]), ["unknown camera None", "cam_high"]),
-    (dict(image_size=(48.5, 64)), ["image_size", "(48.5, 64)", "whole numbers"]),
-    (dict(image_size=(48, "64")), ["image_size", "'64'", "whole numbers"]),
-    (dict(image_size=48), ["image_size", "48", "(height, width)"]),
-    (dict(obs_type=None), ["obs_type None", "pixels_state"]),
-    (dict(physics=[1.0]), ["physics must be", "[1.0]"]),
-])
+@pytest.mark.parametrize(
+    "kwargs,needles",
+    [
+        (dict(cameras=None), ["cameras must be a camera name or a list", "None", "cam_high"]),
+        (dict(cameras=[None]), ["unknown camera None", "cam_high"]),
+        (dict(image_size=(48.5, 64)), ["image_size", "(48.5, 64)", "whole numbers"]),
+        (dict(image_size=(48, "64")), ["image_size", "'64'", "whole numbers"]),
+        (dict(image_size=48), ["image_size", "48", "(height, width)"]),
+        (dict(obs_type=None), ["obs_type None", "pixels_state"]),
+        (dict(physics=[1.0]), ["physics must be", "[1.0]"]),
+    ],
+)
 def test_bad_env_kwargs_name_their_cause(kwargs, needles):
     with pytest.raises((ValueError, TypeError)) as err:
         gym.make("EmbodieDreamer-PickCup-v0", obs_type=kwargs.pop("obs_type", "state"), **kwargs)
@@ -228,13 +235,16 @@ def test_physics_directory_kwarg_is_named(tmp_path):
         gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=tmp_path)
 
 
-@pytest.mark.parametrize("bad,needle", [
-    (robot.START_QPOS.astype(np.complex128), "complex"),
-    (list(robot.START_QPOS[:13]) + [1j], "complex"),
-    (np.zeros(14, dtype=bool), "boolean"),
-    (["0.1"] * 14, "string"),
-    ([0.0] * 13 + [None], "non-numeric"),
-])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        (robot.START_QPOS.astype(np.complex128), "complex"),
+        (list(robot.START_QPOS[:13]) + [1j], "complex"),
+        (np.zeros(14, dtype=bool), "boolean"),
+        (["0.1"] * 14, "string"),
+        ([0.0] * 13 + [None], "non-numeric"),
+    ],
+)
 def test_non_real_action_raises_naming_the_kind(env, bad, needle):
     before = env.unwrapped.data.qpos.copy()
     with pytest.raises(ValueError, match=f"real-valued.*got {needle} values"):
@@ -259,6 +269,7 @@ def test_physics_blow_up_returns_a_fresh_observation(env):
     assert obs is not first
     for k in obs:
         assert np.array_equal(obs[k], first[k]) and not np.shares_memory(obs[k], first[k])
+
 
 def test_physics_file(tmp_path):
     from embodied_gym import PhysicsParams

@@ -73,8 +73,9 @@ def serial_state(tmp_path_factory):
 @pytest.fixture(scope="module")
 def estimator(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = PoseEstimatorConfig(task="PickCup", frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16),
-                              keypoints=8, hidden=32)
+    cfg = PoseEstimatorConfig(
+        task="PickCup", frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8, hidden=32
+    )
     return str(PoseEstimator(cfg).save_pretrained(tmp_path_factory.mktemp("est") / "est"))
 
 

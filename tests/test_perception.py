@@ -11,9 +11,18 @@ import torch
 from gymnasium.utils.env_checker import check_env as gym_check_env
 
 import embodied_gym
-from embodied_gym.perception import (PoseEstimateWrapper, PoseEstimator, PoseEstimatorConfig, PoseTrainConfig,
-                                     generate_frames, load_frames, per_frame, pose_errors, train_pose_estimator,
-                                     write_episode)
+from embodied_gym.perception import (
+    PoseEstimateWrapper,
+    PoseEstimator,
+    PoseEstimatorConfig,
+    PoseTrainConfig,
+    generate_frames,
+    load_frames,
+    per_frame,
+    pose_errors,
+    train_pose_estimator,
+    write_episode,
+)
 from embodied_gym.perception.configuration import yaw_error_deg
 
 # Tiny sizes: a 48x64 frame, its crop (24x38 px) resized to 20x32.
@@ -21,15 +30,25 @@ SMALL = (48, 64)
 
 
 def tiny_config(task: str = "PickCup", **kw) -> PoseEstimatorConfig:
-    return PoseEstimatorConfig(task=task, frame_size=SMALL, input_size=(20, 32), channels=(8, 8, 16, 16),
-                               keypoints=8, hidden=32, **kw)
+    return PoseEstimatorConfig(
+        task=task, frame_size=SMALL, input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8, hidden=32, **kw
+    )
 
 
 def test_config_outputs_and_normalisation():
     cup = PoseEstimatorConfig()
     assert cup.output_names == ["cup.x", "cup.y", "cup.z"]
     pen = PoseEstimatorConfig(task="PenInCup")
-    assert pen.output_names == ["pen.x", "pen.y", "pen.z", "pen.cos_yaw", "pen.sin_yaw", "pencup.x", "pencup.y", "pencup.z"]
+    assert pen.output_names == [
+        "pen.x",
+        "pen.y",
+        "pen.z",
+        "pen.cos_yaw",
+        "pen.sin_yaw",
+        "pencup.x",
+        "pencup.y",
+        "pencup.z",
+    ]
     # A pen turned by 180 degrees looks the same: its target does not change.
     poses = np.zeros((2, 2, 7))
     poses[:, :, 3] = 1.0
@@ -52,7 +71,11 @@ def _cup_segmentations(cfg: PoseEstimatorConfig, seeds):
     u = env.unwrapped
     seg = mujoco.Renderer(u.model, *cfg.frame_size)
     seg.enable_segmentation_rendering()
-    cup = [i for i in range(u.model.ngeom) if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")]
+    cup = [
+        i
+        for i in range(u.model.ngeom)
+        if (mujoco.mj_id2name(u.model, mujoco.mjtObj.mjOBJ_GEOM, i) or "").startswith("cup")
+    ]
     try:
         for seed in seeds:
             _, info = env.reset(seed=seed)
@@ -184,8 +207,9 @@ def test_ground_truth_wrapper_gives_the_sim_poses_at_the_camera_rate(tmp_path):
 
     cfg = tiny_config()
     folder = PoseEstimator(cfg).save_pretrained(tmp_path / "est")
-    env = make_env("EmbodieDreamer-PickCup-v0", pose_estimator=folder, pose_source="ground_truth", obs_type="state",
-                   camera_fps=10)
+    env = make_env(
+        "EmbodieDreamer-PickCup-v0", pose_estimator=folder, pose_source="ground_truth", obs_type="state", camera_fps=10
+    )
     assert isinstance(env, GroundTruthPoseWrapper) and "cam_high" not in env.observation_space.spaces
     assert env.source["values"] == "ground_truth" and len(env.source["sha256"]) == 64
     gym_check_env(env, skip_render_check=True)
@@ -216,8 +240,9 @@ def test_at_reset_holds_the_reset_frames_estimate_for_the_episode(tmp_path, real
     torch.manual_seed(0)
     folder = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "est")
     kw = {"realtime": False} if real else {}
-    env = make_env(embodied_gym.env_id("PickCup", real=real), pose_estimator=folder, pose_update="at_reset",
-                   image_size=SMALL, **kw)
+    env = make_env(
+        embodied_gym.env_id("PickCup", real=real), pose_estimator=folder, pose_update="at_reset", image_size=SMALL, **kw
+    )
     assert env.source["update"] == "at_reset"
     gym_check_env(env, skip_render_check=True)
     calls = []
@@ -246,8 +271,13 @@ def test_ground_truth_at_reset_holds_the_true_start_pose(tmp_path):
     from embodied_gym.perception.wrapper import KEY
 
     folder = PoseEstimator(tiny_config()).save_pretrained(tmp_path / "est")
-    env = make_env("EmbodieDreamer-PickCup-v0", pose_estimator=folder, pose_source="ground_truth", obs_type="state",
-                   pose_update="at_reset")
+    env = make_env(
+        "EmbodieDreamer-PickCup-v0",
+        pose_estimator=folder,
+        pose_source="ground_truth",
+        obs_type="state",
+        pose_update="at_reset",
+    )
     assert env.source["values"] == "ground_truth" and env.source["update"] == "at_reset"
     obs, info = env.reset(seed=4)
     start = obs[KEY].copy()
@@ -278,11 +308,43 @@ def test_ground_truth_wrapper_refuses_a_robot_and_bad_options(tmp_path, capsys):
     from embodied_gym.cli import main
 
     out = tmp_path / "ds"
-    assert main(["record", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1", "--out", str(out),
-                 "--pose-source", "ground_truth", "--cameras", "none"]) == 2
+    assert (
+        main(
+            [
+                "record",
+                "--env",
+                "EmbodieDreamer-PickCup-v0",
+                "--episodes",
+                "1",
+                "--out",
+                str(out),
+                "--pose-source",
+                "ground_truth",
+                "--cameras",
+                "none",
+            ]
+        )
+        == 2
+    )
     assert "needs --pose-estimator DIR" in capsys.readouterr().err and not out.exists()
-    assert main(["record", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1", "--out", str(out),
-                 "--pose-update", "at_reset", "--cameras", "none"]) == 2
+    assert (
+        main(
+            [
+                "record",
+                "--env",
+                "EmbodieDreamer-PickCup-v0",
+                "--episodes",
+                "1",
+                "--out",
+                str(out),
+                "--pose-update",
+                "at_reset",
+                "--cameras",
+                "none",
+            ]
+        )
+        == 2
+    )
     assert "--pose-update at_reset needs --pose-estimator DIR" in capsys.readouterr().err and not out.exists()
 
 
@@ -356,8 +418,18 @@ def test_tiny_end_to_end(tmp_path, expert_frames):
     data = expert_frames
     assert len(load_frames(data, cfg)) == 3 * 17
     out = tmp_path / "train"
-    tc = PoseTrainConfig(data=[str(data)], out=str(out), steps=20, batch_size=16, lr=3e-3, eval_every=10,
-                         save_every=10, val_fraction=0.34, augment=False, progress=False)
+    tc = PoseTrainConfig(
+        data=[str(data)],
+        out=str(out),
+        steps=20,
+        batch_size=16,
+        lr=3e-3,
+        eval_every=10,
+        save_every=10,
+        val_fraction=0.34,
+        augment=False,
+        progress=False,
+    )
     result = train_pose_estimator(tc, cfg)
     loss = result.history["train_loss"]
     assert np.mean(loss[-5:]) < np.mean(loss[:5])
@@ -369,8 +441,9 @@ def test_tiny_end_to_end(tmp_path, expert_frames):
     errs = pose_errors(result.model, data)
     assert errs["frames"] == 51 and np.isfinite(errs["cup"]["z_cm"])
 
-    env = PoseEstimateWrapper(gym.make("EmbodieDreamer-PickCup-Real-v0", image_size=SMALL, realtime=False),
-                              out / "model")
+    env = PoseEstimateWrapper(
+        gym.make("EmbodieDreamer-PickCup-Real-v0", image_size=SMALL, realtime=False), out / "model"
+    )
     obs, _ = env.reset(seed=0)
     for _ in range(3):
         obs, *_ = env.step(env.action_space.sample() * 0 + env.unwrapped.joint_targets.astype(np.float32))
@@ -383,8 +456,9 @@ def test_resume_continues_the_same_run(tmp_path, expert_frames):
     import shutil
 
     cfg = tiny_config()
-    base = dict(data=[str(expert_frames)], steps=8, batch_size=8, eval_every=4, save_every=4, val_fraction=0.34,
-                progress=False)
+    base = dict(
+        data=[str(expert_frames)], steps=8, batch_size=8, eval_every=4, save_every=4, val_fraction=0.34, progress=False
+    )
     full = train_pose_estimator(PoseTrainConfig(out=str(tmp_path / "a"), **base), cfg)
     # A run that crashed after its step-4 checkpoint: the same folder without the step-8 checkpoint.
     shutil.copytree(tmp_path / "a" / "checkpoints", tmp_path / "b" / "checkpoints")
@@ -402,8 +476,9 @@ def test_randomized_looks_change_the_frames_not_the_poses(tmp_path, expert_frame
     assert a.shadows == b.shadows and (a.table_texture is None or np.array_equal(a.table_texture, b.table_texture))
     assert any(randomized_look(0).table_rgba != randomized_look(s).table_rgba for s in range(1, 4))
     cfg = tiny_config()
-    out = generate_frames(tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look,
-                          layouts_per_episode=3, progress=False)
+    out = generate_frames(
+        tmp_path / "dr", cfg, seeds=[0], frame_stride=100, look=randomized_look, layouts_per_episode=3, progress=False
+    )
     with np.load(out[0], allow_pickle=False) as z:
         dr_inputs, dr_poses, steps = z["inputs"], z["poses"], z["steps"]
     assert steps.tolist() == [0, 100, -1, -1, -1]
@@ -464,8 +539,9 @@ def test_visaligner_frames_are_the_generated_crops_with_the_sims_poses(tmp_path)
     with pytest.raises(ValueError, match="--crop 0.3 0.2 0.8 0.8"):
         generate_visaligner_frames(tmp_path / "x", cfg, [0], other, reference, progress=False)
     with pytest.raises(ValueError, match="is a robot"):
-        generate_visaligner_frames(tmp_path / "x", cfg, [0], model, reference,
-                                   env_id="EmbodieDreamer-PickCup-Real-v0", progress=False)
+        generate_visaligner_frames(
+            tmp_path / "x", cfg, [0], model, reference, env_id="EmbodieDreamer-PickCup-Real-v0", progress=False
+        )
 
 
 def test_perception_commands_frames_train_eval(tmp_path, capsys):
@@ -479,8 +555,25 @@ def test_perception_commands_frames_train_eval(tmp_path, capsys):
     assert main(["perception", "frames", "--out", str(frames), "--episodes", "2", "--frame-stride", "50", *small]) == 0
     assert "2 episodes, 8 frames (raw)" in capsys.readouterr().out
     assert json.loads((frames / "frames.json").read_text())["input_size"] == [20, 32]
-    args = ["perception", "train", "--data", str(frames), "--out", str(train), "--steps", "4", "--batch-size", "4",
-            "--eval-every", "2", "--save-every", "2", "--val-fraction", "0.5", "--no-augment"]
+    args = [
+        "perception",
+        "train",
+        "--data",
+        str(frames),
+        "--out",
+        str(train),
+        "--steps",
+        "4",
+        "--batch-size",
+        "4",
+        "--eval-every",
+        "2",
+        "--save-every",
+        "2",
+        "--val-fraction",
+        "0.5",
+        "--no-augment",
+    ]
     assert main(args) == 0
     assert "held-out episodes' horizontal error: cup" in capsys.readouterr().out
     model = PoseEstimator.from_pretrained(train / "model")
@@ -489,16 +582,31 @@ def test_perception_commands_frames_train_eval(tmp_path, capsys):
     assert "pass --resume" in capsys.readouterr().err
     assert main([*args, "--resume"]) == 0
     capsys.readouterr()
-    assert main(["perception", "eval", "--model", str(train / "model"), "--data", str(frames),
-                 "--out", str(tmp_path / "errors.json")]) == 0
+    assert (
+        main(
+            [
+                "perception",
+                "eval",
+                "--model",
+                str(train / "model"),
+                "--data",
+                str(frames),
+                "--out",
+                str(tmp_path / "errors.json"),
+            ]
+        )
+        == 0
+    )
     assert "over 8 frames" in capsys.readouterr().out
     errors = json.loads((tmp_path / "errors.json").read_text())["errors"]
     assert errors["frames"] == 8 and errors["cup"]["xy_cm"] > 0
 
-    bad = [(["--look", "visaligner"], "--visaligner-model"),
-           (["--robot-config", "embodied_gym/robots/stand_in_world2.yaml"], "-Real- id as --env"),
-           (["--env", "EmbodieDreamer-PickCup-Real-v0", "--physics", "x.json"], "drop --physics"),
-           (["--reference", "x.png"], "for --look visaligner")]
+    bad = [
+        (["--look", "visaligner"], "--visaligner-model"),
+        (["--robot-config", "embodied_gym/robots/stand_in_world2.yaml"], "-Real- id as --env"),
+        (["--env", "EmbodieDreamer-PickCup-Real-v0", "--physics", "x.json"], "drop --physics"),
+        (["--reference", "x.png"], "for --look visaligner"),
+    ]
     for extra, message in bad:
         assert main(["perception", "frames", "--out", str(tmp_path / "bad"), *small, *extra]) == 2
         assert message in capsys.readouterr().err
@@ -522,9 +630,17 @@ def test_robot_offset_finds_the_estimators_bias_from_the_demonstrations(tmp_path
     model = tmp_path / "est"
     PoseEstimator(tiny_config()).save_pretrained(model)  # untrained: a large bias, which the fit must find
     demos = tmp_path / "demos"
-    record_expert_demos("EmbodieDreamer-PickCup-v0", {"pose_estimator": str(model), "camera_fps": 10,
-                                                      "obs_type": "pixels_state"},
-                        demos, 4, seed=0, workers=1, progress=False, cameras=(), after_success_steps=2)
+    record_expert_demos(
+        "EmbodieDreamer-PickCup-v0",
+        {"pose_estimator": str(model), "camera_fps": 10, "obs_type": "pixels_state"},
+        demos,
+        4,
+        seed=0,
+        workers=1,
+        progress=False,
+        cameras=(),
+        after_success_steps=2,
+    )
     # the "robot" demos are sim demos recorded with the estimate: their true start poses are known here
     fit = fit_estimator_offset(model, demos, demos)
     table = open_dataset(demos).table()
@@ -536,14 +652,31 @@ def test_robot_offset_finds_the_estimators_bias_from_the_demonstrations(tmp_path
 
     fixed = corrected_estimator(model, fit, tmp_path / "fixed")
     frames = np.random.default_rng(0).integers(0, 255, (2, *SMALL, 3), dtype=np.uint8)
-    shift = PoseEstimator.from_pretrained(fixed).estimate(frames) - PoseEstimator.from_pretrained(model).estimate(frames)
+    shift = PoseEstimator.from_pretrained(fixed).estimate(frames) - PoseEstimator.from_pretrained(model).estimate(
+        frames
+    )
     np.testing.assert_allclose(shift, np.tile([*fit.correction_xy, 0.0], (2, 1)), atol=1e-6)
     assert json.loads((fixed / "offset.json").read_text())["robot_episodes"] == 4
 
     from embodied_gym.cli import main
 
-    assert main(["perception", "offset", "--model", str(model), "--robot-dataset", str(demos), "--sim-dataset",
-                 str(demos), "--out", str(tmp_path / "fixed_cli")]) == 0
+    assert (
+        main(
+            [
+                "perception",
+                "offset",
+                "--model",
+                str(model),
+                "--robot-dataset",
+                str(demos),
+                "--sim-dataset",
+                str(demos),
+                "--out",
+                str(tmp_path / "fixed_cli"),
+            ]
+        )
+        == 0
+    )
     assert PoseEstimator.from_pretrained(tmp_path / "fixed_cli").config.correction == fixed_config_correction(fixed)
     other = tmp_path / "other"
     PoseEstimator(tiny_config()).save_pretrained(other)  # other weights than the demos were recorded with

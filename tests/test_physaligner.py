@@ -51,11 +51,14 @@ def test_frozen_parameters_keep_their_base_value():
     assert phys.kp[6:] == (99.0,) * 6 and phys.kp[:6] == space.base.kp[:6]
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(bounds={"kp.left_waist": (10, 5)}), "kp.left_waist"),
-    (dict(frozen=["kp.left_wrist"]), "kp.left_wrist"),
-    (dict(bounds={"pad_friction": (-1, 1)}), "negative"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(bounds={"kp.left_waist": (10, 5)}), "kp.left_waist"),
+        (dict(frozen=["kp.left_wrist"]), "kp.left_wrist"),
+        (dict(bounds={"pad_friction": (-1, 1)}), "negative"),
+    ],
+)
 def test_bad_bounds_and_names_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ParameterSpace(**kwargs)
@@ -102,10 +105,10 @@ def test_differentiable_fk_matches_mujoco():
     import mujoco
 
     from embodied_gym import PhysicsParams
+    from embodied_gym.physaligner.fk import ArmFK
     from embodied_gym.sim import robot
     from embodied_gym.sim.scene import compile_scene
     from embodied_gym.sim.tasks import make_task
-    from embodied_gym.physaligner.fk import ArmFK
 
     model, idx, _ = compile_scene(make_task("PickCup"), PhysicsParams())
     data = mujoco.MjData(model)
@@ -130,8 +133,9 @@ def test_refinement_recovers_known_parameters(tmp_path):
     space = ParameterSpace(frozen=only(free))
     nominal = space.values_of(space.base)
     truth = nominal * np.array([1.6, 0.6])
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
-                   max_episode_steps=100)
+    env = gym.make(
+        "EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth), max_episode_steps=100
+    )
     record(env, embodied_gym.make_expert(env), tmp_path / "d", 3, seed=10, progress=False)
     env.close()
     eps = load_episodes(tmp_path / "d")
@@ -152,8 +156,7 @@ def shifted_gains(tmp_path_factory):
     space = ParameterSpace(frozen=only(free))
     truth = space.values_of(space.base) * np.array([1.6, 0.6])
     root = tmp_path_factory.mktemp("sa") / "d"
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
-                   max_episode_steps=60)
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth), max_episode_steps=60)
     record(env, embodied_gym.make_expert(env), root, 1, seed=4, progress=False)
     env.close()
     return space, truth, load_episodes(root)
@@ -197,8 +200,7 @@ def test_baselines_improve_on_nominal(shifted_gains, method):
 def shifted_dataset(shifted_gains, tmp_path_factory):
     space, truth, _ = shifted_gains
     root = tmp_path_factory.mktemp("cli") / "data"
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth),
-                   max_episode_steps=40)
+    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth), max_episode_steps=40)
     record(env, embodied_gym.make_expert(env), root, 2, progress=False, env_id="EmbodieDreamer-PickCup-v0")
     env.close()
     return root
@@ -213,15 +215,40 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, shifted_datase
     space, truth, eps = shifted_gains
     root = shifted_dataset
     out = tmp_path / "result.json"
-    args = ["calibrate", "--dataset", str(root), "--method", method, "--out", str(out), "--free",
-            "kp.right_shoulder", "kp.right_elbow", "--samples", "8", "--epochs", "3", "--sa-steps", "4",
-            "--budget", "3", "--workers", "1", "--restarts", "2", "--refine-steps", "20", "--sysid-iterations", "2"]
+    args = [
+        "calibrate",
+        "--dataset",
+        str(root),
+        "--method",
+        method,
+        "--out",
+        str(out),
+        "--free",
+        "kp.right_shoulder",
+        "kp.right_elbow",
+        "--samples",
+        "8",
+        "--epochs",
+        "3",
+        "--sa-steps",
+        "4",
+        "--budget",
+        "3",
+        "--workers",
+        "1",
+        "--restarts",
+        "2",
+        "--refine-steps",
+        "20",
+        "--sysid-iterations",
+        "2",
+    ]
     assert main(args) == 0
     result = json.loads(out.read_text())
     assert result["method"] == method and set(result["calibrated"]) == {"kp.right_shoulder", "kp.right_elbow"}
     assert result["dataset"]["held_out_episodes"] and result["wall_time_s"]["total"] > 0
     sim = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", physics=str(out))
-    got = sim.unwrapped.physics.kp[6 + 1:6 + 3]
+    got = sim.unwrapped.physics.kp[6 + 1 : 6 + 3]
     np.testing.assert_allclose(got, [result["calibrated"]["kp.right_shoulder"], result["calibrated"]["kp.right_elbow"]])
     report = (tmp_path / "result.report.md").read_text()
     assert "| kp.right_shoulder |" in report and "Held-out open-loop replay error" in report
@@ -260,9 +287,10 @@ def _handmade_dataset(root, lengths, nan_in=None, drop=None):
     feats = {k: v for k, v in dataset_features((), (0, 0)).items() if k != drop}
     ds = LeRobotDataset.create("t/bad", fps=FPS, features=feats, root=root, use_videos=False)
     for e, n in enumerate(lengths):
-        for t in range(n):
-            frame = {k: np.zeros(v["shape"], dtype=np.float32 if v["dtype"] == "float32" else bool)
-                     for k, v in feats.items()}
+        for _t in range(n):
+            frame = {
+                k: np.zeros(v["shape"], dtype=np.float32 if v["dtype"] == "float32" else bool) for k, v in feats.items()
+            }
             if e == nan_in:
                 frame["observation.state"][3] = np.nan
             ds.add_frame({**frame, "task": "pick"})
@@ -271,14 +299,19 @@ def _handmade_dataset(root, lengths, nan_in=None, drop=None):
     return root
 
 
-@pytest.mark.parametrize("kind,match", [("nan", "episode 1 .*NaN"), ("short", "episode 1 .*1 frame"),
-                                        ("missing", "observation.ee_pose")])
+@pytest.mark.parametrize(
+    "kind,match", [("nan", "episode 1 .*NaN"), ("short", "episode 1 .*1 frame"), ("missing", "observation.ee_pose")]
+)
 def test_calibrate_bad_datasets_name_the_episode(tmp_path, kind, match, capsys):
     from embodied_gym.cli import main
 
     lengths = [3, 1 if kind == "short" else 3, 3]
-    root = _handmade_dataset(tmp_path / "d", lengths, nan_in=1 if kind == "nan" else None,
-                             drop="observation.ee_pose" if kind == "missing" else None)
+    root = _handmade_dataset(
+        tmp_path / "d",
+        lengths,
+        nan_in=1 if kind == "nan" else None,
+        drop="observation.ee_pose" if kind == "missing" else None,
+    )
     assert main(["calibrate", "--dataset", str(root), "--task", "PickCup", "--out", str(tmp_path / "r.json")]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (datasets' progress bars come before it)
     assert last.startswith("embodied-gym calibrate: error: ") and re.search(match, last)
@@ -345,9 +378,15 @@ def test_calibration_recovers_a_known_delay_and_backlash(delayed, tmp_path):
     space, truth, root = delayed
     free = ["kp.right_elbow", "backlash.right_elbow"]
     small = ParameterSpace(space.base.__class__.from_dict({"kp": {"right_shoulder": truth[0]}}), frozen=only(free))
-    r = calibrate(root, "PickCup", tmp_path / "r.json", small,
-                  CalibrationConfig(method="sysid", sysid_iterations=6, held_out=0.25, budget_s=60), progress=False,
-                  report=False)
+    r = calibrate(
+        root,
+        "PickCup",
+        tmp_path / "r.json",
+        small,
+        CalibrationConfig(method="sysid", sysid_iterations=6, held_out=0.25, budget_s=60),
+        progress=False,
+        report=False,
+    )
     assert r["latency_steps"]["calibrated"] == 1 and r["values"]["latency_steps"] == 1
     assert r["acceptance"]["improved"]
     assert r["calibrated"]["kp.right_elbow"] == pytest.approx(truth[1], rel=0.05)
@@ -367,8 +406,27 @@ def test_acceptance_guard_keeps_the_start_and_says_so(tmp_path, capsys):
     record(env, embodied_gym.make_expert(env), root, 3, seed=20, progress=False, env_id="EmbodieDreamer-PickCup-v0")
     env.close()
     out = tmp_path / "r.json"
-    assert main(["calibrate", "--dataset", str(root), "--method", "sa", "--out", str(out), "--free", "kp.right_elbow",
-                 "damping.right_elbow", "--sa-steps", "4", "--held-out", "0.34"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--dataset",
+                str(root),
+                "--method",
+                "sa",
+                "--out",
+                str(out),
+                "--free",
+                "kp.right_elbow",
+                "damping.right_elbow",
+                "--sa-steps",
+                "4",
+                "--held-out",
+                "0.34",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["acceptance"]["improved"] is False
     assert "found nothing better than the starting physics" in capsys.readouterr().out
@@ -381,9 +439,23 @@ def test_trust_region_physaligner_beats_nominal(delayed, tmp_path):
     from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
 
     space, truth, root = delayed
-    r = calibrate(root, "PickCup", tmp_path / "r.json", space,
-                  CalibrationConfig(method="physaligner", held_out=0.25, tr_transitions=150, surrogate_epochs=15,
-                                    refine_steps=60, tr_iterations=4, budget_s=60), progress=False, report=False)
+    r = calibrate(
+        root,
+        "PickCup",
+        tmp_path / "r.json",
+        space,
+        CalibrationConfig(
+            method="physaligner",
+            held_out=0.25,
+            tr_transitions=150,
+            surrogate_epochs=15,
+            refine_steps=60,
+            tr_iterations=4,
+            budget_s=60,
+        ),
+        progress=False,
+        report=False,
+    )
     b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
     assert r["acceptance"]["improved"] and r["logs"]["accepted_steps"] >= 1
     assert a["translation_error_m"] < 0.5 * b["translation_error_m"]

@@ -28,11 +28,14 @@ def test_calibration_result_files_load(tmp_path):
     assert PhysicsParams.load(tmp_path / "r.json").pad_friction == 0.7
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"kp": (1.0,) * 11}, "11 values"),
-    ({"armature": (float("nan"),) * 12}, "armature"),
-    ({"object_friction": 0.0}, "object_friction"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"kp": (1.0,) * 11}, "11 values"),
+        ({"armature": (float("nan"),) * 12}, "armature"),
+        ({"object_friction": 0.0}, "object_friction"),
+    ],
+)
 def test_invalid_values_are_named(change, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(PhysicsParams(), **change)
@@ -49,16 +52,19 @@ def test_missing_file_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------- bad physics files name their cause
-@pytest.mark.parametrize("content,needles", [
-    ({"pad_friction": None}, ["pad_friction", "null", "number"]),
-    ({"kp": 300}, ["kp", "300", "list of 12 numbers", "{joint name: number}"]),
-    ({"kp": {"right_elbow": {"x": 1}}}, ["kp[right_elbow]", '{"x": 1}', "number"]),
-    ({"pad_friction": "0.8"}, ["pad_friction", '"0.8"', "without quotes"]),
-    ({"object_friction": True}, ["object_friction", "true", "number"]),
-    ({"damping": [1.0] * 11 + ["a"]}, ["damping[right_wrist_rotate]", '"a"']),
-    ({"values": {"armature": "big"}}, ["armature", '"big"']),
-    ([0.5, 1.0], ["JSON object", "[0.5, 1.0]"]),
-])
+@pytest.mark.parametrize(
+    "content,needles",
+    [
+        ({"pad_friction": None}, ["pad_friction", "null", "number"]),
+        ({"kp": 300}, ["kp", "300", "list of 12 numbers", "{joint name: number}"]),
+        ({"kp": {"right_elbow": {"x": 1}}}, ["kp[right_elbow]", '{"x": 1}', "number"]),
+        ({"pad_friction": "0.8"}, ["pad_friction", '"0.8"', "without quotes"]),
+        ({"object_friction": True}, ["object_friction", "true", "number"]),
+        ({"damping": [1.0] * 11 + ["a"]}, ["damping[right_wrist_rotate]", '"a"']),
+        ({"values": {"armature": "big"}}, ["armature", '"big"']),
+        ([0.5, 1.0], ["JSON object", "[0.5, 1.0]"]),
+    ],
+)
 def test_wrong_types_in_a_physics_file_name_file_parameter_and_form(tmp_path, content, needles):
     import json
 
@@ -87,10 +93,13 @@ def test_binary_physics_file_is_named(tmp_path):
         PhysicsParams.load(path)
 
 
-@pytest.mark.parametrize("physics,needles", [
-    ({"pad_friction": None}, ["physics (dict)", "pad_friction", "null"]),
-    (3.0, ["PhysicsParams, a dict or a path", "3.0 (float)"]),
-])
+@pytest.mark.parametrize(
+    "physics,needles",
+    [
+        ({"pad_friction": None}, ["physics (dict)", "pad_friction", "null"]),
+        (3.0, ["PhysicsParams, a dict or a path", "3.0 (float)"]),
+    ],
+)
 def test_bad_physics_kwarg_names_its_cause(physics, needles):
     from embodied_gym.sim.physics import resolve_physics
 
@@ -138,12 +147,15 @@ def test_latency_and_backlash_round_trip_and_default_to_none(tmp_path):
     assert q.backlash[ARM_JOINT_NAMES.index("right_wrist_rotate")] == 0.012
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"latency_steps": 1.5}, "latency_steps"),
-    ({"latency_steps": -1}, "latency_steps"),
-    ({"backlash": (-0.01,) + (0.0,) * 11}, r"backlash\[left_waist\]"),
-    ({"backlash": (0.0,) * 11}, "backlash has 11 values"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"latency_steps": 1.5}, "latency_steps"),
+        ({"latency_steps": -1}, "latency_steps"),
+        ({"backlash": (-0.01,) + (0.0,) * 11}, r"backlash\[left_waist\]"),
+        ({"backlash": (0.0,) * 11}, "backlash has 11 values"),
+    ],
+)
 def test_invalid_latency_and_backlash_are_named(change, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(PhysicsParams(), **change)

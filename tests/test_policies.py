@@ -1,6 +1,7 @@
 """Policies: LeRobot ACT training on a real recorded dataset, evaluation, TPO, loading (issue 6 §6)."""
 
 import copy
+import itertools
 import json
 import math
 
@@ -13,11 +14,25 @@ from embodied_gym.policies.act import ACTTrainConfig, latest_checkpoint, train_a
 from embodied_gym.policies.evaluate import evaluate, evaluate_policy, wilson_interval
 from embodied_gym.policies.loading import ACTAgent, load_agent, make_env_for
 from embodied_gym.policies.scoring import target_distance, trajectory_score
-from embodied_gym.policies.tpo import (ACTLikelihood, TPOConfig, preference_pairs, rollout, selected_iteration,
-                                      tpo_loss, train_tpo)
+from embodied_gym.policies.tpo import (
+    ACTLikelihood,
+    TPOConfig,
+    preference_pairs,
+    rollout,
+    selected_iteration,
+    tpo_loss,
+    train_tpo,
+)
 
-TINY = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
-            n_vae_encoder_layers=1)
+TINY = dict(
+    dim_model=32,
+    n_heads=2,
+    dim_feedforward=64,
+    n_encoder_layers=1,
+    n_decoder_layers=1,
+    latent_dim=8,
+    n_vae_encoder_layers=1,
+)
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +44,9 @@ def tiny_dataset(tmp_path_factory):
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("policies") / "ds"
     agent = ExpertAgent()
-    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0", obs_type="pixels_state", cameras=("cam_high",),
-                       image_size=(48, 64))
+    env = make_env_for(
+        agent, "EmbodieDreamer-PickCup-v0", obs_type="pixels_state", cameras=("cam_high",), image_size=(48, 64)
+    )
     record(env, agent, root, 2, seed=0, env_id="EmbodieDreamer-PickCup-v0", progress=False)
     env.close()
     return root
@@ -39,9 +55,19 @@ def tiny_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_act(tiny_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("policies") / "act"
-    cfg = ACTTrainConfig(dataset=str(tiny_dataset), out=str(out), steps=4, batch_size=2, chunk_size=5,
-                         n_action_steps=5, image_size=(48, 64), save_every=2, log_every=2, progress=False,
-                         overrides=TINY)
+    cfg = ACTTrainConfig(
+        dataset=str(tiny_dataset),
+        out=str(out),
+        steps=4,
+        batch_size=2,
+        chunk_size=5,
+        n_action_steps=5,
+        image_size=(48, 64),
+        save_every=2,
+        log_every=2,
+        progress=False,
+        overrides=TINY,
+    )
     result = train_act(cfg)
     return out, cfg, result
 
@@ -84,7 +110,6 @@ def test_act_resume_continues_and_refuses_overwrite(tiny_act):
     assert log[-1]["lr"] == pytest.approx(_lr_of(cfg, 6, 5))  # the resumed run follows the schedule of --steps 6
 
 
-
 def test_act_learning_rate_schedule():
     """The cpu preset warms up and decays to 0 at --steps; constant stays; a bad name is refused."""
     p = ACTTrainConfig(dataset="d", out="o", steps=1000).resolved_preset()
@@ -92,7 +117,7 @@ def test_act_learning_rate_schedule():
     lrs = [p.lr_at(s) for s in range(1000)]
     assert lrs[0] == pytest.approx(p.lr / 100) and lrs[99] == pytest.approx(p.lr)  # warm-up: a tenth of the run
     assert ACTTrainConfig(dataset="d", out="o", steps=8000).resolved_preset().lr_at(199) == pytest.approx(p.lr)
-    assert all(a >= b for a, b in zip(lrs[99:], lrs[100:])) and lrs[-1] < 1e-3 * p.lr
+    assert all(a >= b for a, b in itertools.pairwise(lrs)) and lrs[-1] < 1e-3 * p.lr
     q = ACTTrainConfig(dataset="d", out="o", lr_schedule="constant", lr=2e-4).resolved_preset()
     assert {q.lr_at(s) for s in (0, 500, 999)} == {2e-4}
     assert ACTTrainConfig(dataset="d", out="o", preset="paper").resolved_preset().lr_schedule == "constant"
@@ -105,10 +130,14 @@ def _lr_of(cfg, steps: int, step: int) -> float:
 
     return dataclasses.replace(cfg, steps=steps).resolved_preset().lr_at(step)
 
+
 def test_act_bad_inputs_have_clear_errors(tiny_dataset, tmp_path):
     with pytest.raises(ValueError, match="cam_front"):
-        train_act(ACTTrainConfig(dataset=str(tiny_dataset), out=str(tmp_path / "x"), cameras=("cam_front",),
-                                 steps=1, progress=False))
+        train_act(
+            ACTTrainConfig(
+                dataset=str(tiny_dataset), out=str(tmp_path / "x"), cameras=("cam_front",), steps=1, progress=False
+            )
+        )
     with pytest.raises(FileNotFoundError, match="not a LeRobotDataset"):
         train_act(ACTTrainConfig(dataset=str(tmp_path), out=str(tmp_path / "y"), steps=1, progress=False))
     with pytest.raises(ValueError, match="preset"):
@@ -132,8 +161,9 @@ def test_wilson_interval_known_values():
 
 def test_eval_act_on_sim_id(tiny_act, tmp_path):
     out, _, _ = tiny_act
-    r = evaluate_policy(str(out), "EmbodieDreamer-PickCup-v0", episodes=1, seed=5, out=str(tmp_path / "e.json"),
-                        progress=False)
+    r = evaluate_policy(
+        str(out), "EmbodieDreamer-PickCup-v0", episodes=1, seed=5, out=str(tmp_path / "e.json"), progress=False
+    )
     data = json.loads((tmp_path / "e.json").read_text())
     assert {"success_rate", "episodes", "ci95", "per_episode", "mean_return", "lengths"} <= set(data)
     assert data["episodes"] == 1 and len(data["per_episode"]) == 1 and data["per_episode"][0]["seed"] == 5
@@ -144,8 +174,24 @@ def test_eval_expert_on_real_id_via_cli(tmp_path):
     from embodied_gym.cli import main
 
     path = tmp_path / "real.json"
-    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", "2",
-                 "--seed", "0", "--out", str(path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "expert",
+                "--env",
+                "EmbodieDreamer-PickCup-Real-v0",
+                "--episodes",
+                "2",
+                "--seed",
+                "0",
+                "--out",
+                str(path),
+            ]
+        )
+        == 0
+    )
     data = json.loads(path.read_text())
     assert data["env_id"] == "EmbodieDreamer-PickCup-Real-v0" and data["episodes"] == 2
     lo, hi = data["ci95"]
@@ -164,16 +210,56 @@ def test_eval_cli_compare_runs_the_paired_test_against_another_output(tmp_path, 
     other = tmp_path / "other.json"
     # the expert succeeds on these seeds; the other file says seed 3 failed and seed 4 did not run
     other.write_text(json.dumps({"per_episode": [{"seed": 2, "success": True}, {"seed": 3, "success": False}]}))
-    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "3", "--seed", "2",
-                 "--compare", str(other)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "expert",
+                "--env",
+                "EmbodieDreamer-PickCup-v0",
+                "--episodes",
+                "3",
+                "--seed",
+                "2",
+                "--compare",
+                str(other),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "on 2 common seeds: 100% vs 50%, only this / only that 1 / 0, exact McNemar p = 1" in out
-    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0",
-                 "--compare", str(tmp_path / "missing.json")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "expert",
+                "--env",
+                "EmbodieDreamer-PickCup-v0",
+                "--compare",
+                str(tmp_path / "missing.json"),
+            ]
+        )
+        == 2
+    )
     assert "missing.json: no such file" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text(json.dumps({"success_rate": 1.0}))
-    assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0",
-                 "--compare", str(tmp_path / "bad.json")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "expert",
+                "--env",
+                "EmbodieDreamer-PickCup-v0",
+                "--compare",
+                str(tmp_path / "bad.json"),
+            ]
+        )
+        == 2
+    )
     assert "bad.json: not an `embodied-gym eval --out` JSON" in capsys.readouterr().err
 
 
@@ -183,11 +269,19 @@ def test_eval_in_worker_processes_gives_the_episodes_of_one_process(tmp_path):
     kw = dict(episodes=3, seed=3, max_episode_steps=60, progress=False)
     one = evaluate_policy("expert", "EmbodieDreamer-PickCup-Real-v0", **kw)
     two = evaluate_policy("expert", "EmbodieDreamer-PickCup-Real-v0", workers=2, **kw)
-    rows = lambda r: [(e.episode, e.seed, e.success, round(e.ret, 9), e.length) for e in r.per_episode]  # noqa: E731
+    rows = lambda r: [(e.episode, e.seed, e.success, round(e.ret, 9), e.length) for e in r.per_episode]
     assert rows(two) == rows(one) and two.episodes == 3 and two.success_rate == one.success_rate
     # videos of the first three episodes, written by whichever worker ran them
-    evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=3, seed=3, max_episode_steps=10, workers=2,
-                    videos=str(tmp_path / "v"), progress=False)
+    evaluate_policy(
+        "expert",
+        "EmbodieDreamer-PickCup-v0",
+        episodes=3,
+        seed=3,
+        max_episode_steps=10,
+        workers=2,
+        videos=str(tmp_path / "v"),
+        progress=False,
+    )
     assert sorted(p.name[:11] for p in (tmp_path / "v").glob("*.mp4")) == ["episode_000", "episode_001", "episode_002"]
     with pytest.raises(ValueError, match="workers must be at least 1"):
         evaluate_policy("expert", "EmbodieDreamer-PickCup-v0", episodes=1, workers=0)
@@ -196,8 +290,13 @@ def test_eval_in_worker_processes_gives_the_episodes_of_one_process(tmp_path):
 def test_visaligner_flag_names_what_is_wrong(tmp_path):
     agent = load_agent("expert")
     with pytest.raises(FileNotFoundError, match="is not a VisAligner model folder"):
-        make_env_for(agent, "EmbodieDreamer-PickCup-v0", visaligner=str(tmp_path / "nope"), obs_type="pixels",
-                     cameras=("cam_high",))
+        make_env_for(
+            agent,
+            "EmbodieDreamer-PickCup-v0",
+            visaligner=str(tmp_path / "nope"),
+            obs_type="pixels",
+            cameras=("cam_high",),
+        )
     with pytest.raises(ValueError, match="Real"):
         make_env_for(agent, "EmbodieDreamer-PickCup-Real-v0", visaligner="/nonexistent")
 
@@ -281,7 +380,6 @@ def test_trajectory_scoring_ranks_success_first():
         target_distance("Juggle", info, info)
 
 
-
 def test_tpo_rollout_noise_scale(tiny_act):
     """TPO's rollouts sample around the policy with Laplace noise of scale b: b = 0 executes the
     policy's own chunks (two rollouts of a seed agree), b > 0 moves the executed actions off them."""
@@ -297,10 +395,21 @@ def test_tpo_rollout_noise_scale(tiny_act):
     assert float((runs["noisy"] - runs["greedy"]).abs().max()) > 1e-3
     assert TPOConfig(policy="p", env_id="e", out="o").rollout_noise is None  # default: the likelihood's b
 
+
 def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     out, _, _ = tiny_act
-    cfg = TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "tpo"), iterations=1,
-                    rollouts=2, pairs=1, epochs=1, eval_episodes=2, max_episode_steps=20, progress=False)
+    cfg = TPOConfig(
+        policy=str(out),
+        env_id="EmbodieDreamer-PickCup-v0",
+        out=str(tmp_path / "tpo"),
+        iterations=1,
+        rollouts=2,
+        pairs=1,
+        epochs=1,
+        eval_episodes=2,
+        max_episode_steps=20,
+        progress=False,
+    )
     log = train_tpo(cfg)
     # iteration 0: the reference's greedy evaluation in the sim; then one row per iteration
     assert [r["iteration"] for r in log] == [0, 1] and "scores" not in log[0]
@@ -319,13 +428,23 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     with pytest.raises(ValueError, match="sim id"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
     with pytest.raises(ValueError, match="does not read estimated object poses"):
-        train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "t3"),
-                            pose_estimator=str(tmp_path)))
+        train_tpo(
+            TPOConfig(
+                policy=str(out),
+                env_id="EmbodieDreamer-PickCup-v0",
+                out=str(tmp_path / "t3"),
+                pose_estimator=str(tmp_path),
+            )
+        )
 
 
 def test_tpo_returns_the_best_sim_evaluation_ties_to_the_earlier_iteration():
-    log = [{"iteration": 0, "eval_success_rate": 0.8}, {"iteration": 1, "eval_success_rate": 0.6},
-           {"iteration": 2, "eval_success_rate": 0.9}, {"iteration": 3, "eval_success_rate": 0.9}]
+    log = [
+        {"iteration": 0, "eval_success_rate": 0.8},
+        {"iteration": 1, "eval_success_rate": 0.6},
+        {"iteration": 2, "eval_success_rate": 0.9},
+        {"iteration": 3, "eval_success_rate": 0.9},
+    ]
     assert selected_iteration(log, "best") == 2
     assert selected_iteration(log[:2], "best") == 0  # the reference stays when TPO made it worse
     assert selected_iteration(log, "last") == 3
@@ -402,7 +521,7 @@ def test_reach_stage_wrapper_observation_and_reward():
     arm = int(np.argmin(np.linalg.norm(obs["reach_vector"].reshape(2, 3), axis=1)))
     for _ in range(10):  # a proportional controller on the offered offset closes in: the signal is usable
         action = np.zeros(14, np.float32)
-        action[7 * arm:7 * arm + 3] = np.clip(obs["reach_vector"].reshape(2, 3)[arm] / 0.01, -1, 1)
+        action[7 * arm : 7 * arm + 3] = np.clip(obs["reach_vector"].reshape(2, 3)[arm] / 0.01, -1, 1)
         action[7 * arm + 6] = 1.0
         obs, reward, terminated, truncated, info = env.step(action)
     env.close()
@@ -413,8 +532,8 @@ def test_act_trains_on_a_dataset_with_an_idle_arm(tiny_dataset, tmp_path):
     """B1: one-arm demonstrations leave the other arm's joints exactly still (LeRobot's std 0); with the
     std floored, ACT's loss is finite and falls instead of sitting in the hundreds."""
     from embodied_gym.data.reader import open_dataset
-    from embodied_gym.sim import robot
     from embodied_gym.policies.act import STD_FLOOR, normalisation_stats
+    from embodied_gym.sim import robot
 
     ds = open_dataset(tiny_dataset)
     raw = np.asarray(ds.meta.stats["action"]["std"], dtype=np.float64)
@@ -428,9 +547,21 @@ def test_act_trains_on_a_dataset_with_an_idle_arm(tiny_dataset, tmp_path):
     assert np.all(np.asarray(floored["observation.state"]["std"]) >= STD_FLOOR)
 
     out = tmp_path / "act_idle"
-    result = train_act(ACTTrainConfig(dataset=str(tiny_dataset), out=str(out), steps=24, batch_size=2, chunk_size=5,
-                                      n_action_steps=5, lr=1e-3, save_every=24, log_every=4, progress=False,
-                                      overrides=TINY))
+    result = train_act(
+        ACTTrainConfig(
+            dataset=str(tiny_dataset),
+            out=str(out),
+            steps=24,
+            batch_size=2,
+            chunk_size=5,
+            n_action_steps=5,
+            lr=1e-3,
+            save_every=24,
+            log_every=4,
+            progress=False,
+            overrides=TINY,
+        )
+    )
     losses = [json.loads(line)["loss"] for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert all(math.isfinite(v) for v in losses) and math.isfinite(result.final_loss)
     assert losses[0] < 50, f"first logged loss {losses[0]}: an idle joint is divided by a zero std"
@@ -443,15 +574,15 @@ def test_act_on_estimated_object_poses_end_to_end(tmp_path):
     from embodied_gym.data import features as F
     from embodied_gym.data.reader import open_dataset
     from embodied_gym.data.recording import record
-    from embodied_gym.factory import make_env
     from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
     from embodied_gym.perception.wrapper import KEY
     from embodied_gym.policies.act import POLICY_META
     from embodied_gym.policies.loading import ExpertAgent
 
     torch.manual_seed(0)
-    est_cfg = PoseEstimatorConfig(frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8,
-                                  hidden=32)
+    est_cfg = PoseEstimatorConfig(
+        frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8, hidden=32
+    )
     est_dir = PoseEstimator(est_cfg).save_pretrained(tmp_path / "estimator")
     sim = "EmbodieDreamer-PickCup-v0"
     agent = ExpertAgent()
@@ -468,9 +599,18 @@ def test_act_on_estimated_object_poses_end_to_end(tmp_path):
 
     out = tmp_path / "act"
     # without ACT's VAE, as the quick demo trains it (its latent collapses on scripted demonstrations)
-    cfg = ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(out), steps=10, batch_size=4, chunk_size=5,
-                         n_action_steps=5, save_every=10, log_every=5, progress=False,
-                         overrides={**TINY, "use_vae": False})
+    cfg = ACTTrainConfig(
+        dataset=str(tmp_path / "ds"),
+        out=str(out),
+        steps=10,
+        batch_size=4,
+        chunk_size=5,
+        n_action_steps=5,
+        save_every=10,
+        log_every=5,
+        progress=False,
+        overrides={**TINY, "use_vae": False},
+    )
     result = train_act(cfg)
     assert result.steps == 10 and math.isfinite(result.final_loss) and result.final_loss < 100
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -515,12 +655,14 @@ def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
     from embodied_gym.perception.wrapper import GroundTruthPoseWrapper
 
     torch.manual_seed(0)
-    est_cfg = PoseEstimatorConfig(frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8,
-                                  hidden=32)
+    est_cfg = PoseEstimatorConfig(
+        frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8, hidden=32
+    )
     est_dir = PoseEstimator(est_cfg).save_pretrained(tmp_path / "estimator")
     sim = "EmbodieDreamer-PickCup-v0"
-    kwargs = dict(pose_estimator=str(est_dir), pose_source="ground_truth", obs_type="state", camera_fps=10,
-                  max_episode_steps=30)
+    kwargs = dict(
+        pose_estimator=str(est_dir), pose_source="ground_truth", obs_type="state", camera_fps=10, max_episode_steps=30
+    )
     record_expert_demos(sim, kwargs, tmp_path / "ds", 2, workers=1, progress=False, cameras=())
     ds = open_dataset(tmp_path / "ds")
     rows = ds.rows()
@@ -530,8 +672,20 @@ def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
     np.testing.assert_allclose(env_state[0], rows[0]["layout"]["cup"][:3], atol=1e-5)  # the true start position
 
     out = tmp_path / "act"
-    train_act(ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(out), steps=4, batch_size=4, chunk_size=5,
-                             n_action_steps=5, save_every=4, log_every=2, progress=False, overrides=TINY))
+    train_act(
+        ACTTrainConfig(
+            dataset=str(tmp_path / "ds"),
+            out=str(out),
+            steps=4,
+            batch_size=4,
+            chunk_size=5,
+            n_action_steps=5,
+            save_every=4,
+            log_every=2,
+            progress=False,
+            overrides=TINY,
+        )
+    )
     act = load_agent(str(out))
     assert act.requirements.pose_estimator == str(est_dir.resolve()) and act.requirements.camera_fps == 10
     env = make_env_for(act, sim)
@@ -547,8 +701,18 @@ def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
     # --successful-only: the 30-step episodes never succeed, so nothing is left to imitate; with one
     # marked successful, only it is trained on (the meta names it)
     assert not any(r["success"] for r in rows)
-    only = dict(dataset=str(tmp_path / "ds"), steps=2, batch_size=4, chunk_size=5, n_action_steps=5, save_every=2,
-                log_every=1, progress=False, overrides=TINY, successful_only=True)
+    only = dict(
+        dataset=str(tmp_path / "ds"),
+        steps=2,
+        batch_size=4,
+        chunk_size=5,
+        n_action_steps=5,
+        save_every=2,
+        log_every=1,
+        progress=False,
+        overrides=TINY,
+        successful_only=True,
+    )
     with pytest.raises(ValueError, match="none of the 2 training episodes succeeded"):
         train_act(ACTTrainConfig(out=str(tmp_path / "none"), **only))
     from embodied_gym.data.features import SIDECAR
@@ -558,7 +722,9 @@ def test_act_trained_on_sim_ground_truth_runs_on_the_estimate(tmp_path):
     lines[1]["success"] = True
     sidecar.write_text("".join(json.dumps(x) + "\n" for x in lines))
     train_act(ACTTrainConfig(out=str(tmp_path / "one"), **only))
-    meta = json.loads((latest_checkpoint(tmp_path / "one") / "pretrained_model" / "embodied_gym_policy.json").read_text())
+    meta = json.loads(
+        (latest_checkpoint(tmp_path / "one") / "pretrained_model" / "embodied_gym_policy.json").read_text()
+    )
     assert meta["episodes"] == [1]
 
 
@@ -591,6 +757,7 @@ def test_paired_comparison_counts_only_shared_seeds():
     assert c.p_value < 1e-6
     with pytest.raises(ValueError, match="share no seed"):
         paired_comparison({1: True}, {2: True})
+
 
 def test_backbone_weights_file_initialises_acts_resnet(tiny_dataset, tmp_path):
     """A local torchvision ResNet-18 state dict (safetensors) lands in LeRobot ACT's backbone; one that
@@ -629,8 +796,22 @@ def test_eval_cli_threads_setting(capsys):
 
     before = torch.get_num_threads()
     try:
-        assert main(["eval", "--policy", "expert", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "1",
-                     "--threads", "1"]) == 0
+        assert (
+            main(
+                [
+                    "eval",
+                    "--policy",
+                    "expert",
+                    "--env",
+                    "EmbodieDreamer-PickCup-v0",
+                    "--episodes",
+                    "1",
+                    "--threads",
+                    "1",
+                ]
+            )
+            == 0
+        )
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

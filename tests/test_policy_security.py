@@ -15,8 +15,13 @@ import stable_baselines3 as sb3
 import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.cli import main
 from embodied_gym.policies.evaluate import evaluate_policy
-from embodied_gym.policies.loading import (ACT_PROCESSOR_STEPS, UnsafePolicyFile, inspect_sb3_zip, load_agent,
-                                           read_pickled_data)
+from embodied_gym.policies.loading import (
+    ACT_PROCESSOR_STEPS,
+    UnsafePolicyFile,
+    inspect_sb3_zip,
+    load_agent,
+    read_pickled_data,
+)
 from embodied_gym.policies.rl import save_sb3
 
 ENV = "EmbodieDreamer-PickCup-v0"
@@ -62,8 +67,16 @@ def _payload(marker) -> str:
     return base64.b64encode(blob).decode()
 
 
-@pytest.mark.parametrize("entry,refused", [("policy_class", True), ("my_extra_entry", True), ("policy_kwargs", True),
-                                           ("observation_space", False), ("lr_schedule", False)])
+@pytest.mark.parametrize(
+    "entry,refused",
+    [
+        ("policy_class", True),
+        ("my_extra_entry", True),
+        ("policy_kwargs", True),
+        ("observation_space", False),
+        ("lr_schedule", False),
+    ],
+)
 def test_crafted_sb3_zip_runs_no_code(state_ppo, tmp_path, entry, refused, capsys):
     """A pickle payload in any entry never runs: entries embodied-gym needs from a pickle (the policy class,
     policy_kwargs) are refused; those it rebuilds from readable fields (spaces, schedules) are ignored."""
@@ -89,8 +102,9 @@ def test_crafted_sb3_zip_runs_no_code(state_ppo, tmp_path, entry, refused, capsy
 def test_trust_policy_file_is_sb3s_own_loader(state_ppo, tmp_path):
     """--trust-policy-file does what it says: SB3's loader, which unpickles (here: creates the file)."""
     marker = tmp_path / "pwned"
-    evil = _rewrite_zip(state_ppo, tmp_path / "evil.zip",
-                        lambda d: d["policy_class"].__setitem__(":serialized:", _payload(marker)))
+    evil = _rewrite_zip(
+        state_ppo, tmp_path / "evil.zip", lambda d: d["policy_class"].__setitem__(":serialized:", _payload(marker))
+    )
     with pytest.raises(Exception):  # noqa: B017  (the payload's result is no policy class)
         load_agent(str(evil), trust_policy_file=True)
     assert marker.exists()
@@ -98,8 +112,10 @@ def test_trust_policy_file_is_sb3s_own_loader(state_ppo, tmp_path):
 
 def test_pickle_reader_refuses_calls_and_unknown_classes():
     allowed = {("builtins", "dict"): dict}
-    assert read_pickled_data(pickle.dumps({"a": [1, 2.5, (True, None)], "b": "x"}), allowed, "t") == \
-        {"a": [1, 2.5, (True, None)], "b": "x"}
+    assert read_pickled_data(pickle.dumps({"a": [1, 2.5, (True, None)], "b": "x"}), allowed, "t") == {
+        "a": [1, 2.5, (True, None)],
+        "b": "x",
+    }
     with pytest.raises(UnsafePolicyFile, match="os.system|posix.system"):
         read_pickled_data(pickle.dumps(__import__("os").system), allowed, "t")
     with pytest.raises(UnsafePolicyFile, match="REDUCE|not a class"):
@@ -131,8 +147,14 @@ def test_sb3_policy_kwargs_with_classes_read_safely(tmp_path):
     import torch
 
     env = gym.make(ENV, obs_type="state", control_mode="ee_delta", max_episode_steps=5)
-    model = sb3.PPO("MultiInputPolicy", env, n_steps=8, batch_size=8, device="cpu",
-                    policy_kwargs=dict(activation_fn=torch.nn.ReLU, net_arch=dict(pi=[16], vf=[16])))
+    model = sb3.PPO(
+        "MultiInputPolicy",
+        env,
+        n_steps=8,
+        batch_size=8,
+        device="cpu",
+        policy_kwargs=dict(activation_fn=torch.nn.ReLU, net_arch=dict(pi=[16], vf=[16])),
+    )
     model.save(str(tmp_path / "p.zip"))
     env.close()
     agent = load_agent(str(tmp_path / "p.zip"))
@@ -147,17 +169,25 @@ def _act_folder(root, pre_steps, config_type="act"):
     (root / "config.json").write_text(json.dumps({"type": config_type}))
     (root / "model.safetensors").write_bytes(b"")
     (root / "policy_preprocessor.json").write_text(json.dumps({"name": "policy_preprocessor", "steps": pre_steps}))
-    (root / "policy_postprocessor.json").write_text(json.dumps(
-        {"name": "policy_postprocessor",
-         "steps": [{"registry_name": "device_processor", "config": {"device": "cpu"}}]}))
+    (root / "policy_postprocessor.json").write_text(
+        json.dumps(
+            {
+                "name": "policy_postprocessor",
+                "steps": [{"registry_name": "device_processor", "config": {"device": "cpu"}}],
+            }
+        )
+    )
     return root
 
 
-@pytest.mark.parametrize("step", [
-    {"class": "subprocess.Popen", "config": {"args": ["touch", "{marker}"]}},
-    {"class": "pathlib.Path.touch", "config": {"self": "{marker}"}},
-    {"registry_name": "tokenizer_processor", "config": {"tokenizer_name": "{marker}"}},  # registered, not ACT's
-])
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"class": "subprocess.Popen", "config": {"args": ["touch", "{marker}"]}},
+        {"class": "pathlib.Path.touch", "config": {"self": "{marker}"}},
+        {"registry_name": "tokenizer_processor", "config": {"tokenizer_name": "{marker}"}},  # registered, not ACT's
+    ],
+)
 def test_crafted_act_folder_runs_no_code(tmp_path, step, capsys):
     marker = tmp_path / "pwned"
     step = json.loads(json.dumps(step).replace("{marker}", str(marker)))
@@ -183,8 +213,14 @@ def test_act_folder_of_another_policy_type_refused(tmp_path):
 @pytest.fixture(scope="module")
 def pixel_ppo(tmp_path_factory):
     """A PPO pixel policy (cam_high at 48x64 + joints, ee_delta), trained a handful of steps."""
-    env = gym.make(ENV, obs_type="pixels_state", cameras=("cam_high",), image_size=(48, 64),
-                   control_mode="ee_delta", max_episode_steps=8)
+    env = gym.make(
+        ENV,
+        obs_type="pixels_state",
+        cameras=("cam_high",),
+        image_size=(48, 64),
+        control_mode="ee_delta",
+        max_episode_steps=8,
+    )
     model = sb3.PPO("MultiInputPolicy", env, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu")
     model.learn(total_timesteps=8)
     folder = tmp_path_factory.mktemp("pix")
@@ -196,8 +232,12 @@ def pixel_ppo(tmp_path_factory):
 def test_save_sb3_writes_sidecar(pixel_ppo):
     meta = json.loads(pixel_ppo.with_suffix(".env.json").read_text())
     assert pixel_ppo.name == "ppo_pix.zip" and meta["algo"] == "PPO" and meta["env_id"] == ENV
-    assert (meta["obs_type"], meta["cameras"], meta["image_size"], meta["control_mode"]) == \
-        ("pixels_state", ["cam_high"], [48, 64], "ee_delta")
+    assert (meta["obs_type"], meta["cameras"], meta["image_size"], meta["control_mode"]) == (
+        "pixels_state",
+        ["cam_high"],
+        [48, 64],
+        "ee_delta",
+    )
 
 
 def test_sb3_pixel_policy_evaluates_at_its_training_size(pixel_ppo, tmp_path):
@@ -208,11 +248,23 @@ def test_sb3_pixel_policy_evaluates_at_its_training_size(pixel_ppo, tmp_path):
     shutil.copy(pixel_ppo, bare)
     agent = load_agent(str(bare))
     req = agent.requirements
-    assert (req.obs_type, req.cameras, req.image_size, req.control_mode) == \
-        ("pixels_state", ("cam_high",), (48, 64), "ee_delta")
+    assert (req.obs_type, req.cameras, req.image_size, req.control_mode) == (
+        "pixels_state",
+        ("cam_high",),
+        (48, 64),
+        "ee_delta",
+    )
     # overrides: render at 96x128 (resized to the model's 48x64), an extra camera, joint_delta
-    r = evaluate_policy(str(bare), ENV, episodes=1, progress=False, max_episode_steps=3, image_size=(96, 128),
-                        cameras=("cam_high", "cam_left_wrist"), control_mode="joint_delta")
+    r = evaluate_policy(
+        str(bare),
+        ENV,
+        episodes=1,
+        progress=False,
+        max_episode_steps=3,
+        image_size=(96, 128),
+        cameras=("cam_high", "cam_left_wrist"),
+        control_mode="joint_delta",
+    )
     assert r.per_episode[0].length == 3
     with pytest.raises(ValueError, match="lacks \\['cam_high'\\]"):
         load_agent(str(bare), cameras=("cam_left_wrist",))

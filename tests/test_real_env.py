@@ -9,10 +9,10 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import embodied_gym
-from embodied_gym.sim import robot
 from embodied_gym.envs.real_env import RobotError
-from embodied_gym.sim.tasks import TASKS
 from embodied_gym.robots import StandInRobot, StandInRobotConfig
+from embodied_gym.sim import robot
+from embodied_gym.sim.tasks import TASKS
 
 SMALL = (32, 40)
 
@@ -101,8 +101,9 @@ def test_realtime_holds_the_control_rate():
 
 
 def test_wrong_motor_names_fail_at_reset_with_the_names():
-    env = gym.make("EmbodieDreamer-PickCup-Real-v0", obs_type="state", realtime=False,
-                   joint_map={"left_waist": "waist_l"})
+    env = gym.make(
+        "EmbodieDreamer-PickCup-Real-v0", obs_type="state", realtime=False, joint_map={"left_waist": "waist_l"}
+    )
     with pytest.raises(ValueError) as e:
         env.reset(seed=0)
     assert "waist_l.pos" in str(e.value) and "left_waist.pos" in str(e.value)

@@ -37,14 +37,25 @@ def tiny_dataset(tmp_path_factory):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-            "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONFAULTHANDLER": "1",
+    }
 
 
 def _popen(args, **kw):
     # Its own session, like a terminal's foreground job; SIGINT at its default even if ours is ignored.
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, env=_env(), start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=_env(),
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kw,
+    )
 
 
 def _wait_for(cond, proc, timeout=300.0, poll=0.002):
@@ -83,8 +94,11 @@ def _episodes_json(episodes, path):
     import json
     from dataclasses import asdict
 
-    path.write_text(json.dumps([{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in asdict(e).items()}
-                                for e in episodes]))
+    path.write_text(
+        json.dumps(
+            [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in asdict(e).items()} for e in episodes]
+        )
+    )
     return path
 
 
@@ -96,8 +110,9 @@ def test_stage1_sigkill_resumes_from_finished_chunks(tiny_dataset, tmp_path, cap
     reference = simulate_transitions(episodes, "PickCup", SPACE, samples, workers=1, progress=False)
 
     cache = tmp_path / "work"
-    proc = _popen(["-c", STAGE1, str(_episodes_json(episodes, tmp_path / "episodes.json")), str(cache), str(samples),
-                   str(size)])
+    proc = _popen(
+        ["-c", STAGE1, str(_episodes_json(episodes, tmp_path / "episodes.json")), str(cache), str(samples), str(size)]
+    )
     _wait_for(lambda: _chunks(cache), proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -109,19 +124,25 @@ def test_stage1_sigkill_resumes_from_finished_chunks(tiny_dataset, tmp_path, cap
 
     # Files that are not this run's finished chunks: a write cut short, and a chunk of another sample set.
     (folder / "chunk-000030-000032.npz.tmp").write_bytes(b"partial")
-    _write_chunk(folder, _run_key(episodes, "PickCup", SPACE, samples, seed=1), 30, 32,
-                 SPACE.sample(samples, seed=1)[30:], np.zeros((2, len(reference.state), 28)))
+    _write_chunk(
+        folder,
+        _run_key(episodes, "PickCup", SPACE, samples, seed=1),
+        30,
+        32,
+        SPACE.sample(samples, seed=1)[30:],
+        np.zeros((2, len(reference.state), 28)),
+    )
     assert {p.name: p.stat().st_mtime_ns for p in kept} == stamps  # the kill's chunks are untouched so far
 
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    resumed = simulate_transitions(episodes, "PickCup", SPACE, samples, workers=1, cache_dir=cache,
-                                   progress=False, chunk_samples=size)
+    resumed = simulate_transitions(
+        episodes, "PickCup", SPACE, samples, workers=1, cache_dir=cache, progress=False, chunk_samples=size
+    )
     written = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stage 1: wrote")]
     assert len(written) == samples // size - len(kept)  # only the missing chunks were simulated
     assert not {Path(w.split()[-1]).name for w in written} & set(stamps)
     assert any("discarding" in r.getMessage() and "another dataset" in r.getMessage() for r in caplog.records)
-    assert any(f"{len(kept) * size} of {samples} θ samples already simulated" in r.getMessage()
-               for r in caplog.records)
+    assert any(f"{len(kept) * size} of {samples} θ samples already simulated" in r.getMessage() for r in caplog.records)
     # Bit-identical to the uninterrupted run, in memory and in the cache file; the chunks are gone.
     for got in (resumed, Transitions.load(next(cache.glob("transitions-*.npz")))):
         for name in ("theta", "state", "action", "next_state", "episode"):
@@ -133,11 +154,13 @@ def test_stage1_chunks_on_a_process_pool(tiny_dataset, tmp_path, caplog):
     episodes = load_episodes(tiny_dataset)[:1]
     reference = simulate_transitions(episodes, "PickCup", SPACE, 4, workers=1, progress=False)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    pooled = simulate_transitions(episodes, "PickCup", SPACE, 4, workers=2, cache_dir=tmp_path, progress=False,
-                                  chunk_samples=3)
+    pooled = simulate_transitions(
+        episodes, "PickCup", SPACE, 4, workers=2, cache_dir=tmp_path, progress=False, chunk_samples=3
+    )
     np.testing.assert_array_equal(pooled.next_state, reference.next_state)
-    written = sorted(Path(r.getMessage().split()[-1]).name for r in caplog.records
-                     if r.getMessage().startswith("stage 1: wrote"))
+    written = sorted(
+        Path(r.getMessage().split()[-1]).name for r in caplog.records if r.getMessage().startswith("stage 1: wrote")
+    )
     assert written == ["chunk-000000-000003.npz", "chunk-000003-000004.npz"]
     with pytest.raises(ValueError, match="chunk_samples"):
         simulate_transitions(episodes, "PickCup", SPACE, 4, chunk_samples=0)
@@ -154,8 +177,9 @@ def test_stage1_on_ray_resumes_the_same_chunks(tiny_dataset, tmp_path, caplog):
     folder.mkdir()
     _write_chunk(folder, key, 0, 1, local.theta[:1], local.next_state[:1])
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    on_ray = simulate_transitions(episodes, "PickCup", SPACE, 4, workers=1, cache_dir=tmp_path, progress=False,
-                                  backend="ray", chunk_samples=1)
+    on_ray = simulate_transitions(
+        episodes, "PickCup", SPACE, 4, workers=1, cache_dir=tmp_path, progress=False, backend="ray", chunk_samples=1
+    )
     written = [r for r in caplog.records if r.getMessage().startswith("stage 1: wrote")]
     assert len(written) == 3 and not folder.exists()
     np.testing.assert_array_equal(on_ray.next_state[0], local.next_state[0])  # the resumed chunk
@@ -186,13 +210,27 @@ def _last_line(stderr: str) -> str:
 def test_record_ctrl_c_prints_one_line_and_keeps_the_episodes(tmp_path):
     root = tmp_path / "d"
     sidecar = root / "meta" / "embodied_gym_episodes.jsonl"
-    rc, stderr = _interrupt(["record", "--env", "EmbodieDreamer-PickCup-v0", "--episodes", "200", "--out", str(root),
-                             "--image-size", "24", "32"],
-                            lambda: sidecar.exists() and sidecar.read_text().count("\n") >= 1, tmp_path)
+    rc, stderr = _interrupt(
+        [
+            "record",
+            "--env",
+            "EmbodieDreamer-PickCup-v0",
+            "--episodes",
+            "200",
+            "--out",
+            str(root),
+            "--image-size",
+            "24",
+            "32",
+        ],
+        lambda: sidecar.exists() and sidecar.read_text().count("\n") >= 1,
+        tmp_path,
+    )
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    assert _last_line(stderr).startswith(f"embodied-gym record: interrupted; the episodes finished so far are "
-                                         f"saved in {root}")
+    assert _last_line(stderr).startswith(
+        f"embodied-gym record: interrupted; the episodes finished so far are saved in {root}"
+    )
     assert "--resume" in _last_line(stderr)
     assert 1 <= len(load_episodes(root)) < 200
 
@@ -205,22 +243,52 @@ def test_calibrate_ctrl_c_in_physaligner_keeps_its_trust_region_checkpoint(tiny_
     def checkpointed():
         return any(work.glob("trust-region-*.json"))
 
-    rc, stderr = _interrupt(["calibrate", "--dataset", str(tiny_dataset), "--method", "physaligner", "--out", str(out),
-                             "--free", "kp.right_elbow", "damping.right_elbow", "--tr-iterations", "400",
-                             "--latency", "0"],
-                            checkpointed, tmp_path)
+    rc, stderr = _interrupt(
+        [
+            "calibrate",
+            "--dataset",
+            str(tiny_dataset),
+            "--method",
+            "physaligner",
+            "--out",
+            str(out),
+            "--free",
+            "kp.right_elbow",
+            "damping.right_elbow",
+            "--tr-iterations",
+            "400",
+            "--latency",
+            "0",
+        ],
+        checkpointed,
+        tmp_path,
+    )
     assert rc == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    assert _last_line(stderr).startswith(f"embodied-gym calibrate: interrupted; PhysAligner's trust-region state "
-                                         f"(written after every iteration) is kept in {work}")
+    assert _last_line(stderr).startswith(
+        f"embodied-gym calibrate: interrupted; PhysAligner's trust-region state "
+        f"(written after every iteration) is kept in {work}"
+    )
     assert checkpointed() and not out.exists()
 
 
 def test_user_errors_print_one_line_and_exit_2(tiny_dataset, tmp_path, capsys):
     from embodied_gym.cli import main
 
-    assert main(["replay", "--dataset", str(tiny_dataset), "--physics", str(tmp_path / "nope.json"),
-                 "--out", str(tmp_path / "rep")]) == 2
+    assert (
+        main(
+            [
+                "replay",
+                "--dataset",
+                str(tiny_dataset),
+                "--physics",
+                str(tmp_path / "nope.json"),
+                "--out",
+                str(tmp_path / "rep"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.strip() == f"embodied-gym replay: error: physics file {tmp_path / 'nope.json'} does not exist"
     assert main(["visaligner", "train", "--dataset", str(tiny_dataset), "--out", str(tmp_path / "vis")]) == 2
@@ -238,7 +306,7 @@ def test_bugs_are_not_user_errors():
     def caught(fn):
         try:
             fn()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return e
         raise AssertionError("no exception")
 
@@ -249,20 +317,23 @@ def test_bugs_are_not_user_errors():
     assert user_message(KeyError("no camera 'x'")) == "no camera 'x'"
 
 
-@pytest.mark.parametrize("argv,says", [
-    (["demo", "--name", "n", "--runs", "R"], ["R/n", "rerun the same command"]),
-    (["record", "--env", "E", "--out", "D"], ["saved in D", "plus --resume"]),
-    (["record", "--env", "E", "--out", "D", "--resume"], ["saved in D", "with the same command"]),
-    (["replay", "--dataset", "D"], ["nothing was written"]),
-    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "physaligner"], ["r.json.work", "rerun"]),
-    (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["keeps no checkpoint"]),
-    (["generate", "--out", "G", "--task", "PickCup"], ["kept in G/sim", "rerun the same command"]),
-    (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoints", "rerun the same command"]),
-    (["visaligner", "render", "--dataset", "D", "--model", "M", "--out", "G"], ["saved in G", "--resume"]),
-    (["train", "act", "--dataset", "D", "--out", "A"], ["A/checkpoints", "plus --resume"]),
-    (["train", "tpo", "--policy", "A", "--env", "E", "--out", "T"], ["kept in T", "rerun the same command"]),
-    (["eval", "--policy", "expert", "--env", "E"], ["nothing was written"]),
-])
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["demo", "--name", "n", "--runs", "R"], ["R/n", "rerun the same command"]),
+        (["record", "--env", "E", "--out", "D"], ["saved in D", "plus --resume"]),
+        (["record", "--env", "E", "--out", "D", "--resume"], ["saved in D", "with the same command"]),
+        (["replay", "--dataset", "D"], ["nothing was written"]),
+        (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "physaligner"], ["r.json.work", "rerun"]),
+        (["calibrate", "--dataset", "D", "--out", "r.json", "--method", "sa"], ["keeps no checkpoint"]),
+        (["generate", "--out", "G", "--task", "PickCup"], ["kept in G/sim", "rerun the same command"]),
+        (["visaligner", "train", "--dataset", "D", "--out", "V"], ["V/checkpoints", "rerun the same command"]),
+        (["visaligner", "render", "--dataset", "D", "--model", "M", "--out", "G"], ["saved in G", "--resume"]),
+        (["train", "act", "--dataset", "D", "--out", "A"], ["A/checkpoints", "plus --resume"]),
+        (["train", "tpo", "--policy", "A", "--env", "E", "--out", "T"], ["kept in T", "rerun the same command"]),
+        (["eval", "--policy", "expert", "--env", "E"], ["nothing was written"]),
+    ],
+)
 def test_every_long_command_says_what_ctrl_c_kept(argv, says):
     from embodied_gym.cli import build_parser
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import embodied_gym
-from embodied_gym.sim import robot
 from embodied_gym.envs.base import AlohaEnv
-from embodied_gym.sim.physics import PhysicsParams
-from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
-from embodied_gym.sim.tasks import make_task
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.transitions import OneStepSimulator
+from embodied_gym.sim import robot
+from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
+from embodied_gym.sim.physics import PhysicsParams
+from embodied_gym.sim.tasks import make_task
 
 
 def _core(**effects) -> SimCore:

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from embodied_gym.data import features as F
 from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
 from embodied_gym.perception.wrapper import KEY, estimator_source
 from embodied_gym.policies.act import POLICY_META, ACTTrainConfig, latest_checkpoint, train_act
@@ -20,14 +19,22 @@ from embodied_gym.policies.loading import ACTAgent, load_agent, make_env_for
 from embodied_gym.policies.tpo import ACTLikelihood, TPOConfig, rollout, train_tpo
 
 SIM = "EmbodieDreamer-PickCup-v0"
-TINY = dict(dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, latent_dim=8,
-            n_vae_encoder_layers=1)
+TINY = dict(
+    dim_model=32,
+    n_heads=2,
+    dim_feedforward=64,
+    n_encoder_layers=1,
+    n_decoder_layers=1,
+    latent_dim=8,
+    n_vae_encoder_layers=1,
+)
 
 
 def tiny_estimator_config() -> PoseEstimatorConfig:
     """As tests/test_perception.py: a 48x64 frame, its crop resized to 20x32."""
-    return PoseEstimatorConfig(frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8,
-                               hidden=32)
+    return PoseEstimatorConfig(
+        frame_size=(48, 64), input_size=(20, 32), channels=(8, 8, 16, 16), keypoints=8, hidden=32
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,20 @@ def pose_policy(tmp_path_factory):
     record(env, expert, root / "ds", 2, env_id=SIM, progress=False, cameras=())
     env.close()
     out = root / "act"
-    train_act(ACTTrainConfig(dataset=str(root / "ds"), out=str(out), steps=6, batch_size=4, chunk_size=5,
-                             n_action_steps=5, save_every=6, log_every=3, progress=False, overrides=TINY))
+    train_act(
+        ACTTrainConfig(
+            dataset=str(root / "ds"),
+            out=str(out),
+            steps=6,
+            batch_size=4,
+            chunk_size=5,
+            n_action_steps=5,
+            save_every=6,
+            log_every=3,
+            progress=False,
+            overrides=TINY,
+        )
+    )
     return out, est_dir
 
 
@@ -106,8 +125,19 @@ def test_rollout_stores_the_estimate_the_policy_saw_and_the_loss_uses_it(pose_po
 
 def test_tpo_on_an_env_state_policy_runs_and_its_checkpoint_evaluates_on_real(pose_policy, tmp_path):
     out, est_dir = pose_policy
-    cfg = TPOConfig(policy=str(out), env_id=SIM, out=str(tmp_path / "tpo"), iterations=1, rollouts=2, pairs=1,
-                    epochs=1, max_episode_steps=15, eval_episodes=1, select="last", progress=False)
+    cfg = TPOConfig(
+        policy=str(out),
+        env_id=SIM,
+        out=str(tmp_path / "tpo"),
+        iterations=1,
+        rollouts=2,
+        pairs=1,
+        epochs=1,
+        max_episode_steps=15,
+        eval_episodes=1,
+        select="last",
+        progress=False,
+    )
     log = train_tpo(cfg)
     assert [r["iteration"] for r in log] == [0, 1] and log[1]["pairs"] == 1
     assert math.isfinite(log[1]["loss_first"]) and math.isfinite(log[1]["loss_last"])
@@ -123,8 +153,9 @@ def test_tpo_on_an_env_state_policy_runs_and_its_checkpoint_evaluates_on_real(po
     # TPO changed the weights (one step of AdamW)
     before = ACTAgent(out).policy.model.encoder_env_state_input_proj.weight
     assert not torch.equal(before, tuned.policy.model.encoder_env_state_input_proj.weight)
-    r = evaluate_policy(str(tmp_path / "tpo"), "EmbodieDreamer-PickCup-Real-v0", 1, 0, max_episode_steps=10,
-                        progress=False)
+    r = evaluate_policy(
+        str(tmp_path / "tpo"), "EmbodieDreamer-PickCup-Real-v0", 1, 0, max_episode_steps=10, progress=False
+    )
     assert r.episodes == 1 and r.per_episode[0].length == 10
     assert len(train_tpo(cfg)) == 2  # resumes from its own checkpoint (same estimator check): nothing to do
 
@@ -142,8 +173,9 @@ def test_tpo_estimator_checks_and_override(pose_policy, tmp_path):
     meta = json.loads((policy / POLICY_META).read_text())
     meta["pose_estimator"]["path"] = str(other.resolve())
     (policy / POLICY_META).write_text(json.dumps(meta))
-    base = dict(env_id=SIM, iterations=1, rollouts=2, pairs=1, epochs=1, max_episode_steps=10, eval_episodes=0,
-                progress=False)
+    base = dict(
+        env_id=SIM, iterations=1, rollouts=2, pairs=1, epochs=1, max_episode_steps=10, eval_episodes=0, progress=False
+    )
     with pytest.raises(ValueError, match=r"other weights.*--pose-estimator"):
         train_tpo(TPOConfig(policy=str(policy), out=str(tmp_path / "t1"), **base))
     assert not (tmp_path / "t1" / "checkpoints").exists()
@@ -166,9 +198,37 @@ def test_train_tpo_cli_takes_pose_estimator(pose_policy, tmp_path):
     from embodied_gym.cli import main
 
     out, est_dir = pose_policy
-    assert main(["train", "tpo", "--policy", str(out), "--env", SIM, "--out", str(tmp_path / "cli"),
-                 "--iterations", "1", "--rollouts", "2", "--pairs", "1", "--epochs", "1", "--max-episode-steps", "5",
-                 "--pose-estimator", str(est_dir), "--eval-episodes", "2", "--select", "last"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "tpo",
+                "--policy",
+                str(out),
+                "--env",
+                SIM,
+                "--out",
+                str(tmp_path / "cli"),
+                "--iterations",
+                "1",
+                "--rollouts",
+                "2",
+                "--pairs",
+                "1",
+                "--epochs",
+                "1",
+                "--max-episode-steps",
+                "5",
+                "--pose-estimator",
+                str(est_dir),
+                "--eval-episodes",
+                "2",
+                "--select",
+                "last",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (tmp_path / "cli" / "tpo_log.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1] and rows[1]["rollouts"] == 2
     assert len(rows[0]["eval_successes"]) == len(rows[1]["eval_successes"]) == 2
@@ -189,8 +249,20 @@ def test_a_policy_recorded_at_reset_is_evaluated_at_reset_unless_overridden(pose
     env = make_env_for(expert, SIM, pose_estimator=str(est_dir), pose_update="at_reset", max_episode_steps=12)
     record(env, expert, tmp_path / "ds", 1, env_id=SIM, progress=False, cameras=())
     env.close()
-    train_act(ACTTrainConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "act"), steps=2, batch_size=2,
-                             chunk_size=5, n_action_steps=5, save_every=2, log_every=1, progress=False, overrides=TINY))
+    train_act(
+        ACTTrainConfig(
+            dataset=str(tmp_path / "ds"),
+            out=str(tmp_path / "act"),
+            steps=2,
+            batch_size=2,
+            chunk_size=5,
+            n_action_steps=5,
+            save_every=2,
+            log_every=1,
+            progress=False,
+            overrides=TINY,
+        )
+    )
     agent = load_agent(str(tmp_path / "act"))
     assert agent.estimator_source["update"] == "at_reset"
     for override, want in ((None, "at_reset"), ("every_frame", "every_frame")):
@@ -206,8 +278,19 @@ def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(
     """``TPOConfig(pose_update="at_reset")``: the rollouts read the reset frame's estimate held (the
     estimate in a trajectory never changes), and the checkpoint names the rule, so eval uses it too."""
     out, _ = pose_policy
-    cfg = TPOConfig(policy=str(out), env_id=SIM, out=str(tmp_path / "tpo"), iterations=1, rollouts=2, pairs=1,
-                    epochs=1, max_episode_steps=15, progress=False, pose_update="at_reset", eval_episodes=2)
+    cfg = TPOConfig(
+        policy=str(out),
+        env_id=SIM,
+        out=str(tmp_path / "tpo"),
+        iterations=1,
+        rollouts=2,
+        pairs=1,
+        epochs=1,
+        max_episode_steps=15,
+        progress=False,
+        pose_update="at_reset",
+        eval_episodes=2,
+    )
     train_tpo(cfg)
     meta = json.loads((latest_checkpoint(tmp_path / "tpo") / "pretrained_model" / POLICY_META).read_text())
     assert meta["pose_estimator"]["update"] == "at_reset"
@@ -223,6 +306,18 @@ def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(
     from embodied_gym.cli import main
 
     with pytest.raises(SystemExit) as bad:  # argparse names the valid choices
-        main(["train", "tpo", "--policy", str(out), "--env", SIM, "--out", str(tmp_path / "x"),
-              "--pose-update", "sometimes"])
+        main(
+            [
+                "train",
+                "tpo",
+                "--policy",
+                str(out),
+                "--env",
+                SIM,
+                "--out",
+                str(tmp_path / "x"),
+                "--pose-update",
+                "sometimes",
+            ]
+        )
     assert bad.value.code == 2

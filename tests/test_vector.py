@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys, time
 import gymnasium as gym
 import embodied_gym
@@ -86,7 +86,7 @@ def main(case):
 
 if __name__ == "__main__":
     main(sys.argv[1])
-'''
+"""
 
 
 def _run(tmp_path, case: str, timeout: float = 240) -> dict:
@@ -94,13 +94,14 @@ def _run(tmp_path, case: str, timeout: float = 240) -> dict:
     script.write_text(SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"))
     try:
-        proc = subprocess.run([sys.executable, str(script), case], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(script), case], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"vector env scenario {case!r} hung for {timeout} s after the parent rendered:\n{e.stderr}")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"scenario {case!r} failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def test_forked_workers_after_render_fail_fast_naming_spawn(tmp_path):

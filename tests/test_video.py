@@ -20,8 +20,9 @@ def _frames(path) -> int:
 def test_gymnasium_record_video_writes_an_mp4(tmp_path):
     from gymnasium.wrappers import RecordVideo
 
-    env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", image_size=SMALL, render_mode="rgb_array",
-                   max_episode_steps=5)
+    env = gym.make(
+        "EmbodieDreamer-PickCup-v0", obs_type="state", image_size=SMALL, render_mode="rgb_array", max_episode_steps=5
+    )
     env = RecordVideo(env, str(tmp_path / "videos"), episode_trigger=lambda e: True)
     env.reset(seed=0)
     truncated = False
@@ -36,8 +37,9 @@ def test_gymnasium_record_video_writes_an_mp4(tmp_path):
 def test_sb3_vec_video_recorder_writes_an_mp4(tmp_path):
     from stable_baselines3.common.vec_env import DummyVecEnv, VecVideoRecorder
 
-    venv = DummyVecEnv([lambda: gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", image_size=SMALL,
-                                         render_mode="rgb_array")])
+    venv = DummyVecEnv(
+        [lambda: gym.make("EmbodieDreamer-PickCup-v0", obs_type="state", image_size=SMALL, render_mode="rgb_array")]
+    )
     venv = VecVideoRecorder(venv, str(tmp_path), record_video_trigger=lambda step: step == 0, video_length=4)
     venv.reset()
     for _ in range(5):

@@ -15,8 +15,13 @@ from embodied_gym.data.recording import record
 from embodied_gym.visaligner import metrics as M
 from embodied_gym.visaligner.conditioning import ClassicalObjectMasker, condition_video
 from embodied_gym.visaligner.paired import SimCameraRenderer, build_paired_episodes
-from embodied_gym.visaligner.pipeline import (CONFIG_NAME, VisAlignerPipeline, VisAlignerPipelineOutput,
-                                              build_pipeline, pipeline_settings)
+from embodied_gym.visaligner.pipeline import (
+    CONFIG_NAME,
+    VisAlignerPipeline,
+    VisAlignerPipelineOutput,
+    build_pipeline,
+    pipeline_settings,
+)
 from embodied_gym.visaligner.presets import preset
 from embodied_gym.visaligner.train import TrainConfig, train
 
@@ -36,8 +41,14 @@ def one_thread():
 def standin_dataset(tmp_path_factory):
     """Two short stand-in PickCup episodes with cam_high at 32x40."""
     root = tmp_path_factory.mktemp("vis") / "standin"
-    env = gym.make("EmbodieDreamer-PickCup-Real-v0", obs_type="pixels_state", cameras=("cam_high",),
-                   image_size=SIZE, realtime=False, max_episode_steps=30)
+    env = gym.make(
+        "EmbodieDreamer-PickCup-Real-v0",
+        obs_type="pixels_state",
+        cameras=("cam_high",),
+        image_size=SIZE,
+        realtime=False,
+        max_episode_steps=30,
+    )
     record(env, embodied_gym.make_expert(env), root, 2, progress=False, env_id="EmbodieDreamer-PickCup-Real-v0")
     env.close()
     return root
@@ -46,8 +57,19 @@ def standin_dataset(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(standin_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("vis") / "train"
-    tc = TrainConfig(dataset=str(standin_dataset), out=str(out), model=TINY, vae_steps=40, vae_batch_size=8,
-                     steps=40, batch_size=2, sample_every=40, checkpoint_every=20, sample_steps=2, progress=False)
+    tc = TrainConfig(
+        dataset=str(standin_dataset),
+        out=str(out),
+        model=TINY,
+        vae_steps=40,
+        vae_batch_size=8,
+        steps=40,
+        batch_size=2,
+        sample_every=40,
+        checkpoint_every=20,
+        sample_steps=2,
+        progress=False,
+    )
     pipe = train(tc)
     return out, pipe, tc
 
@@ -111,8 +133,14 @@ def test_tiny_model_trains_with_decreasing_loss_and_resumes(trained):
     assert len(losses) == 40 and np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
     vae = json.loads((out / "vae_loss.json").read_text())
     assert np.mean([r["loss"] for r in vae[-5:]]) < 0.7 * np.mean([r["loss"] for r in vae[:5]])
-    for f in ("loss.png", "samples/step_000040.png", "samples/step_000040.mp4", "model/reference.png",
-              "checkpoints/000040/trainer_state.json", "checkpoints/last.json"):
+    for f in (
+        "loss.png",
+        "samples/step_000040.png",
+        "samples/step_000040.mp4",
+        "model/reference.png",
+        "checkpoints/000040/trainer_state.json",
+        "checkpoints/last.json",
+    ):
         assert (out / f).exists(), f
     assert latest(out).counter == 40 and latest(out).unit == "step"
     # resume: 40 -> 45 steps continues from the checkpoint instead of starting over
@@ -165,19 +193,29 @@ def test_pipeline_save_load_round_trip_offline(trained, tmp_path):
     b = loaded(ref, sims, masks, 2, torch.Generator().manual_seed(0)).frames[0]
     assert a.shape == (4, *SIZE, 3) and (a[0] == ref).all()
     assert np.abs(a.astype(int) - b).max() <= 1
-    long = loaded.generate_video(ref, np.concatenate([sims] * 3), np.concatenate([masks] * 3), 2,
-                                 torch.Generator().manual_seed(0))
+    long = loaded.generate_video(
+        ref, np.concatenate([sims] * 3), np.concatenate([masks] * 3), 2, torch.Generator().manual_seed(0)
+    )
     assert long.shape == (12, *SIZE, 3)
     # episodes of different lengths generated together: each keeps its own length and reference
     ref2 = rng.integers(0, 255, (*SIZE, 3), np.uint8)
-    both = loaded.generate_videos([ref, ref2], [np.concatenate([sims] * 3), sims[:3]],
-                                  [np.concatenate([masks] * 3), masks[:3]], 2, torch.Generator().manual_seed(0))
+    both = loaded.generate_videos(
+        [ref, ref2],
+        [np.concatenate([sims] * 3), sims[:3]],
+        [np.concatenate([masks] * 3), masks[:3]],
+        2,
+        torch.Generator().manual_seed(0),
+    )
     assert [v.shape for v in both] == [(12, *SIZE, 3), (3, *SIZE, 3)]
     assert (both[0][0] == ref).all() and (both[1][0] == ref2).all()
     # one generator per episode: an episode's frames do not depend on what it is batched with
-    seeded = loaded.generate_videos([ref, ref2], [np.concatenate([sims] * 3), sims[:3]],
-                                    [np.concatenate([masks] * 3), masks[:3]], 2,
-                                    [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)])
+    seeded = loaded.generate_videos(
+        [ref, ref2],
+        [np.concatenate([sims] * 3), sims[:3]],
+        [np.concatenate([masks] * 3), masks[:3]],
+        2,
+        [torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)],
+    )
     alone = loaded.generate_video(ref2, sims[:3], masks[:3], 2, torch.Generator().manual_seed(2))
     assert np.abs(seeded[1].astype(int) - alone).max() <= 1
     with pytest.raises(FileNotFoundError, match="not a VisAligner model folder"):
@@ -208,8 +246,10 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
     ref, sims, masks = _clip_inputs()
     want = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0))
     assert isinstance(want, VisAlignerPipelineOutput) and want.frames.shape == (1, 4, *SIZE, 3)
-    for loaded in (VisAlignerPipeline.from_pretrained(tmp_path / "m"),
-                   DiffusionPipeline.from_pretrained(tmp_path / "m")):
+    for loaded in (
+        VisAlignerPipeline.from_pretrained(tmp_path / "m"),
+        DiffusionPipeline.from_pretrained(tmp_path / "m"),
+    ):
         assert type(loaded) is VisAlignerPipeline
         assert loaded.config.image_size == SIZE and loaded.config.frame_stride == 2
         assert (loaded.reference_image == 9).all()  # reference.png
@@ -227,8 +267,13 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
     assert len(pil) == 1 and len(pil[0]) == 4 and pil[0][0].size == (SIZE[1], SIZE[0])
     # a batch: one generator per clip gives each clip the frames it gets alone
     ref2, sims2, masks2 = _clip_inputs(1)
-    both = pipe([ref, ref2], [sims, sims2], [masks, None], 2,
-                [torch.Generator().manual_seed(0), torch.Generator().manual_seed(5)]).frames
+    both = pipe(
+        [ref, ref2],
+        [sims, sims2],
+        [masks, None],
+        2,
+        [torch.Generator().manual_seed(0), torch.Generator().manual_seed(5)],
+    ).frames
     assert both.shape == (2, 4, *SIZE, 3) and np.abs(both[0].astype(int) - want.frames[0]).max() <= 1
     assert (both[1][0] == ref2).all()
 
@@ -236,11 +281,16 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
 def test_pipeline_check_inputs_names_the_bad_argument():
     pipe = build_pipeline(preset("tiny", **TINY))
     ref, sims, masks = _clip_inputs()
-    cases = [(dict(sim_frames=sims[:1]), "N >= 2"), (dict(sim_frames=sims.astype(np.float32)), "uint8"),
-             (dict(reference=ref[..., 0]), "reference image"), (dict(masks=masks[:, :5]), "masks"),
-             (dict(output_type="jpg"), "output_type"), (dict(num_inference_steps=0), "num_inference_steps"),
-             (dict(reference=[ref], sim_frames=[sims, sims], masks=None), "reference images for 2 clips"),
-             (dict(generator=[torch.Generator()] * 2), "generators for 1 clips")]
+    cases = [
+        (dict(sim_frames=sims[:1]), "N >= 2"),
+        (dict(sim_frames=sims.astype(np.float32)), "uint8"),
+        (dict(reference=ref[..., 0]), "reference image"),
+        (dict(masks=masks[:, :5]), "masks"),
+        (dict(output_type="jpg"), "output_type"),
+        (dict(num_inference_steps=0), "num_inference_steps"),
+        (dict(reference=[ref], sim_frames=[sims, sims], masks=None), "reference images for 2 clips"),
+        (dict(generator=[torch.Generator()] * 2), "generators for 1 clips"),
+    ]
     for change, message in cases:
         kw = dict(reference=ref, sim_frames=sims, masks=masks, num_inference_steps=1) | change
         with pytest.raises(ValueError, match=message):
@@ -255,9 +305,13 @@ def _save_old_layout(pipe, cfg, path):
         getattr(pipe, name).save_pretrained(path / name, safe_serialization=True)
     pipe.scheduler.save_pretrained(path / "scheduler")
     cfg.save(path / CONFIG_NAME)
-    index = {"_class_name": type(pipe).__name__, "vae": type(pipe.vae).__name__,
-             "unet": type(pipe.unet).__name__, "reference_encoder": type(pipe.reference_encoder).__name__,
-             "scheduler": type(pipe.scheduler).__name__}
+    index = {
+        "_class_name": type(pipe).__name__,
+        "vae": type(pipe.vae).__name__,
+        "unet": type(pipe.unet).__name__,
+        "reference_encoder": type(pipe.reference_encoder).__name__,
+        "scheduler": type(pipe.scheduler).__name__,
+    }
     (path / "model_index.json").write_text(json.dumps(index, indent=2))
 
 
@@ -291,11 +345,12 @@ def test_model_index_outside_the_allow_list_is_refused(tmp_path):
     good = json.loads(path.read_text())
     with pytest.raises(ValueError, match="does not run code"):
         VisAlignerPipeline.from_pretrained(tmp_path / "m", custom_pipeline="pipeline")
-    for change, message in [({"reference_encoder": ["embodied_gym.visaligner.model", "AutoencoderKL"]},
-                             "component 'reference_encoder'"),
-                            ({"vae": ["os", "system"]}, "component 'vae'"),
-                            ({"extra": ["diffusers", "AutoencoderKL"]}, "unknown key 'extra'"),
-                            ({"_class_name": ["pipeline", "VisAlignerPipeline"]}, "_class_name")]:
+    for change, message in [
+        ({"reference_encoder": ["embodied_gym.visaligner.model", "AutoencoderKL"]}, "component 'reference_encoder'"),
+        ({"vae": ["os", "system"]}, "component 'vae'"),
+        ({"extra": ["diffusers", "AutoencoderKL"]}, "unknown key 'extra'"),
+        ({"_class_name": ["pipeline", "VisAlignerPipeline"]}, "_class_name"),
+    ]:
         path.write_text(json.dumps(good | change))
         with pytest.raises(ValueError, match=message):
             VisAlignerPipeline.from_pretrained(tmp_path / "m")
@@ -312,13 +367,22 @@ def test_svd_preset_widens_conv_in_with_zero_channels(tmp_path):
     from embodied_gym.visaligner.model import load_svd_models
 
     unet = UNetSpatioTemporalConditionModel(
-        in_channels=8, out_channels=4, block_out_channels=(32, 64), layers_per_block=1,
+        in_channels=8,
+        out_channels=4,
+        block_out_channels=(32, 64),
+        layers_per_block=1,
         down_block_types=("CrossAttnDownBlockSpatioTemporal", "DownBlockSpatioTemporal"),
-        up_block_types=("UpBlockSpatioTemporal", "CrossAttnUpBlockSpatioTemporal"), cross_attention_dim=32,
-        num_attention_heads=(2, 4), addition_time_embed_dim=32, projection_class_embeddings_input_dim=96, num_frames=4)
+        up_block_types=("UpBlockSpatioTemporal", "CrossAttnUpBlockSpatioTemporal"),
+        cross_attention_dim=32,
+        num_attention_heads=(2, 4),
+        addition_time_embed_dim=32,
+        projection_class_embeddings_input_dim=96,
+        num_frames=4,
+    )
     unet.save_pretrained(tmp_path / "svd" / "unet")
-    AutoencoderKLTemporalDecoder(block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2,
-                                 latent_channels=4).save_pretrained(tmp_path / "svd" / "vae")
+    AutoencoderKLTemporalDecoder(
+        block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2, latent_channels=4
+    ).save_pretrained(tmp_path / "svd" / "vae")
     with pytest.raises(FileNotFoundError, match="lacks"):
         load_svd_models(preset("svd", pretrained_path=str(tmp_path)))
     with pytest.raises(ValueError, match="pretrained_path"):
@@ -332,8 +396,9 @@ def test_svd_preset_widens_conv_in_with_zero_channels(tmp_path):
     x, mask = torch.randn(1, 4, 8, 8, 10), torch.rand(1, 4, 1, 8, 10)
     tok, ids = torch.randn(1, 5, 32), torch.tensor([[7.0, 127.0, 0.0]])
     with torch.no_grad():  # the zero channels leave the pretrained function unchanged
-        assert torch.allclose(wide(torch.cat([x, mask], 2), 10, tok, ids).sample, unet(x, 10, tok, ids).sample,
-                              atol=1e-5)
+        assert torch.allclose(
+            wide(torch.cat([x, mask], 2), 10, tok, ids).sample, unet(x, 10, tok, ids).sample, atol=1e-5
+        )
     # SVD's temporal decoder is recognised (through diffusers' forward hooks) and decodes a clip
     from embodied_gym.visaligner.pipeline import make_scheduler
 
@@ -375,8 +440,27 @@ def test_render_cli_writes_a_new_dataset(trained, standin_dataset, tmp_path):
     import cv2
 
     cv2.imwrite(str(ref), np.full((*SIZE, 3), 30, np.uint8))
-    assert main(["visaligner", "render", "--dataset", str(standin_dataset), "--model", str(out / "model"),
-                 "--out", str(tmp_path / "r"), "--episodes", "1", "--steps", "1", "--reference", str(ref)]) == 0
+    assert (
+        main(
+            [
+                "visaligner",
+                "render",
+                "--dataset",
+                str(standin_dataset),
+                "--model",
+                str(out / "model"),
+                "--out",
+                str(tmp_path / "r"),
+                "--episodes",
+                "1",
+                "--steps",
+                "1",
+                "--reference",
+                str(ref),
+            ]
+        )
+        == 0
+    )
     ds = LeRobotDataset("embodied_gym/r", root=tmp_path / "r", video_backend="pyav")
     src = LeRobotDataset("embodied_gym/standin", root=standin_dataset, episodes=[1], video_backend="pyav")
     assert ds.meta.total_episodes == 1 and len(ds) == 30
@@ -389,9 +473,30 @@ def test_render_cli_writes_a_new_dataset(trained, standin_dataset, tmp_path):
     # two episodes generated in one batch, every 3rd frame generated (and held until the next one)
     from embodied_gym.visaligner.paired import read_episode_frames
 
-    assert main(["visaligner", "render", "--dataset", str(standin_dataset), "--model", str(out / "model"),
-                 "--out", str(tmp_path / "s"), "--episodes", "0", "1", "--steps", "1", "--frame-stride", "3",
-                 "--batch-episodes", "2"]) == 0
+    assert (
+        main(
+            [
+                "visaligner",
+                "render",
+                "--dataset",
+                str(standin_dataset),
+                "--model",
+                str(out / "model"),
+                "--out",
+                str(tmp_path / "s"),
+                "--episodes",
+                "0",
+                "1",
+                "--steps",
+                "1",
+                "--frame-stride",
+                "3",
+                "--batch-episodes",
+                "2",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(x) for x in (tmp_path / "s" / "meta" / "embodied_gym_episodes.jsonl").read_text().splitlines()]
     assert [r["source_episode"] for r in rows] == [0, 1] and rows[0]["visaligner"]["frame_stride"] == 3
     frames = read_episode_frames(tmp_path / "s", "cam_high", [0, 1])
@@ -405,7 +510,7 @@ def test_metrics_on_known_inputs(tmp_path):
     assert M.psnr(a, a) == M.PSNR_CAP_DB and M.ssim(a, a) == pytest.approx(1.0)
     assert 15 < M.psnr(a, b) < 40 and M.ssim(a, b) < 1
     mse = ((a.astype(float) - b) ** 2).mean(axis=(1, 2, 3))
-    assert M.psnr(a, b) == pytest.approx(np.mean(10 * np.log10(255 ** 2 / mse)))
+    assert M.psnr(a, b) == pytest.approx(np.mean(10 * np.log10(255**2 / mse)))
     assert M.flicker(a, a) == 0 and M.flicker(np.repeat(a[:1], 4, 0), a) > 0
     # Fréchet distance against the closed form for two Gaussians
     m1, m2 = np.array([0.0, 1.0]), np.array([2.0, -1.0])
@@ -419,8 +524,16 @@ def test_metrics_on_known_inputs(tmp_path):
     assert M.frechet_distance_features(f1, f2) == pytest.approx(closed, rel=0.03)
     # FD-local3D: trained here, its hash recorded
     vids = [rng.integers(0, 256, (12, 16, 20, 3), dtype=np.uint8) for _ in range(2)]
-    r = M.train_local3d(vids, [v // 2 for v in vids], tmp_path / "n.safetensors", steps=2, batch=6, clip_length=4,
-                        stride=1, progress=False)
+    r = M.train_local3d(
+        vids,
+        [v // 2 for v in vids],
+        tmp_path / "n.safetensors",
+        steps=2,
+        batch=6,
+        clip_length=4,
+        stride=1,
+        progress=False,
+    )
     assert r.sha256 == M.file_sha256(tmp_path / "n.safetensors") and len(r.sha256) == 64
     net = M.load_local3d(tmp_path / "n.safetensors")
     assert M.fd_local3d(net, vids, vids, clip_length=4, stride=1) == pytest.approx(0, abs=1e-6)
@@ -440,7 +553,9 @@ def test_metrics_on_known_inputs(tmp_path):
     assert set(lp.sha256) == {"alexnet", "lpips"}
 
 
-def test_crop_model_trains_on_the_region_and_is_refused_where_whole_frames_are_needed(standin_dataset, tmp_path, capsys):
+def test_crop_model_trains_on_the_region_and_is_refused_where_whole_frames_are_needed(
+    standin_dataset, tmp_path, capsys
+):
     """``--crop``: paired frames and masks are cut to the region before training; the model folder
     records it; render and the wrapper, which replace whole frames, refuse such a model."""
     from embodied_gym.cli import main
@@ -456,16 +571,63 @@ def test_crop_model_trains_on_the_region_and_is_refused_where_whole_frames_are_n
     np.testing.assert_array_equal(cut.real, ep.real[:, t:b, l:r])
     np.testing.assert_array_equal(cut.sim_mask, ep.sim_mask[:, t:b, l:r])
     out = tmp_path / "crop"
-    assert main(["visaligner", "train", "--dataset", str(standin_dataset), "--out", str(out), "--image-size", "16", "24",
-                 "--crop", *map(str, crop), "--num-frames", "4", "--frame-stride", "2", "--vae-steps", "2",
-                 "--vae-batch-size", "4", "--steps", "2", "--batch-size", "1", "--sample-every", "2",
-                 "--sample-steps", "1"]) == 0
+    assert (
+        main(
+            [
+                "visaligner",
+                "train",
+                "--dataset",
+                str(standin_dataset),
+                "--out",
+                str(out),
+                "--image-size",
+                "16",
+                "24",
+                "--crop",
+                *map(str, crop),
+                "--num-frames",
+                "4",
+                "--frame-stride",
+                "2",
+                "--vae-steps",
+                "2",
+                "--vae-batch-size",
+                "4",
+                "--steps",
+                "2",
+                "--batch-size",
+                "1",
+                "--sample-every",
+                "2",
+                "--sample-steps",
+                "1",
+            ]
+        )
+        == 0
+    )
     pipe = VisAlignerPipeline.from_pretrained(out / "model")
     assert tuple(pipe.config.crop) == crop and pipe.reference_image.shape == (16, 24, 3)
     np.testing.assert_array_equal(pipe.reference_image, ep.real[0, t:b, l:r])
     assert tuple(json.loads((out / "model" / CONFIG_NAME).read_text())["crop"]) == crop
-    assert main(["visaligner", "render", "--dataset", str(standin_dataset), "--model", str(out / "model"),
-                 "--out", str(tmp_path / "r"), "--episodes", "0", "--num-inference-steps", "1"]) != 0
+    assert (
+        main(
+            [
+                "visaligner",
+                "render",
+                "--dataset",
+                str(standin_dataset),
+                "--model",
+                str(out / "model"),
+                "--out",
+                str(tmp_path / "r"),
+                "--episodes",
+                "0",
+                "--num-inference-steps",
+                "1",
+            ]
+        )
+        != 0
+    )
     assert "region of the camera frame" in capsys.readouterr().err and not (tmp_path / "r").exists()
     env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels_state", image_size=SIZE)
     with pytest.raises(ValueError, match="region of the camera frame"):

@@ -24,8 +24,11 @@ def aloha_asset_dir() -> str:
             "`pip install gym-aloha==0.1.5` (or rerun the project's setup script)"
         )
     path = os.path.join(spec.submodule_search_locations[0], "assets")
-    missing = [f for f in ("vx300s_left.xml", "vx300s_right.xml", "vx300s_dependencies.xml")
-               if not os.path.exists(os.path.join(path, f))]
+    missing = [
+        f
+        for f in ("vx300s_left.xml", "vx300s_right.xml", "vx300s_dependencies.xml")
+        if not os.path.exists(os.path.join(path, f))
+    ]
     if missing:
         raise FileNotFoundError(f"gym-aloha at {path} lacks {missing}; reinstall gym-aloha==0.1.5")
     return path

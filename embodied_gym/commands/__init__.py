@@ -9,19 +9,48 @@ Each module is a thin command line over one library function and declares ``NAME
 ``run(args) -> exit status`` and ``interrupted(args)``: what a Ctrl-C kept and how to go on.
 """
 
-from embodied_gym.commands import (calibrate, demo, evaluate, experts, generate, perception_eval, perception_frames,
-                                   perception_offset, perception_train, record, replay, train_act, train_tpo,
-                                   visaligner_render, visaligner_train)
+from embodied_gym.commands import (
+    calibrate,
+    demo,
+    evaluate,
+    experts,
+    generate,
+    perception_eval,
+    perception_frames,
+    perception_offset,
+    perception_train,
+    record,
+    replay,
+    train_act,
+    train_tpo,
+    visaligner_render,
+    visaligner_train,
+)
 
 #: Every command, in pipeline order (the order of ``embodied-gym --help``).
-COMMANDS = (record, replay, calibrate, visaligner_train, visaligner_render, generate, perception_frames,
-            perception_train, perception_offset, perception_eval, train_act, train_tpo, evaluate, experts, demo)
+COMMANDS = (
+    record,
+    replay,
+    calibrate,
+    visaligner_train,
+    visaligner_render,
+    generate,
+    perception_frames,
+    perception_train,
+    perception_offset,
+    perception_eval,
+    train_act,
+    train_tpo,
+    evaluate,
+    experts,
+    demo,
+)
 
 #: Help of the two-word command groups.
 GROUPS = {
     "visaligner": "VisAligner: sim renders -> the real camera's video (train, render)",
     "perception": "the pose estimator the policies read: training frames (frames), training (train), its "
-                  "bias on the robot's camera (offset), its errors on a camera's frames (eval)",
+    "bias on the robot's camera (offset), its errors on a camera's frames (eval)",
     "train": "train a policy (act: imitation with LeRobot's ACT; tpo: preference RL in the aligned sim)",
 }
 

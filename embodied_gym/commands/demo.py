@@ -11,10 +11,29 @@ HELP = "the whole Real2Sim2Real loop on the stand-in robot, with an HTML report"
 
 
 # Paths and ids each stage gets from the stage before it, not from the user.
-_DEMO_FILLS = frozenset({"dataset", "out", "policy", "env_id", "generate.model", "reference", "physics", "task",
-                         "tpo.visaligner", "tpo.max_episode_steps", "generate.max_episode_steps", "generate.camera",
-                         "generate.image_size", "visaligner.camera", "act.cameras", "act.images", "act.env_state",
-                         "perception.train.data", "perception.train.resume"})
+_DEMO_FILLS = frozenset(
+    {
+        "dataset",
+        "out",
+        "policy",
+        "env_id",
+        "generate.model",
+        "reference",
+        "physics",
+        "task",
+        "tpo.visaligner",
+        "tpo.max_episode_steps",
+        "generate.max_episode_steps",
+        "generate.camera",
+        "generate.image_size",
+        "visaligner.camera",
+        "act.cameras",
+        "act.images",
+        "act.env_state",
+        "perception.train.data",
+        "perception.train.resume",
+    }
+)
 
 
 def add_arguments(p) -> None:
@@ -50,12 +69,15 @@ def run(args) -> int:
     summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"))
     for task, t in summary["tasks"].items():
         for name, e in t["evaluation"].items():
-            print(f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
-                  f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)")
+            print(
+                f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
+                f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)"
+            )
     print(f"report: {os.path.join(run_dir, 'report.html')}  (summary: {os.path.join(run_dir, 'summary.json')})")
     return 0
 
 
 def interrupted(args) -> str:
-    return (f"finished stages are kept in {_run_dir(args)}; rerun the same command to continue from the "
-            f"interrupted stage")
+    return (
+        f"finished stages are kept in {_run_dir(args)}; rerun the same command to continue from the interrupted stage"
+    )

@@ -19,29 +19,57 @@ def add_arguments(p) -> None:
     p.add_argument("--out", help="JSON file: success_rate, ci95, episodes, per-episode results")
     p.add_argument("--videos", help="folder for videos of the first 3 episodes")
     p.add_argument("--temporal-ensemble", type=float, metavar="COEFF", help="ACT: temporal ensembling at inference")
-    p.add_argument("--control-mode", help="the control mode the policy acts in (default: the one it was trained "
-                   "with, from its checkpoint)")
+    p.add_argument(
+        "--control-mode",
+        help="the control mode the policy acts in (default: the one it was trained with, from its checkpoint)",
+    )
     p.add_argument("--cameras", nargs="+", help="cameras to render (default: the policy's; must include them)")
-    p.add_argument("--image-size", nargs=2, type=int, metavar=("H", "W"),
-                   help="render size (default: the policy's training size; frames are resized to the policy's input)")
-    p.add_argument("--pose-estimator", metavar="DIR",
-                   help="ACT on estimated object poses: the pose estimator folder (default: the one its training "
-                        "data was recorded with, from its embodied_gym_policy.json)")
-    p.add_argument("--pose-update", choices=("every_frame", "at_reset"),
-                   help="ACT on estimated object poses: estimate every camera frame, or the reset frame only and hold "
-                        "it for the episode (default: as its training data was recorded)")
-    p.add_argument("--trust-policy-file", action="store_true",
-                   help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
-                        "(default: read it without unpickling or importing; see docs/policies.md)")
-    p.add_argument("--threads", type=int, metavar="N",
-                   help="torch CPU threads (default: torch's, one per core). 1 is fastest for a policy on a pose "
-                        "estimate on a busy 2-core machine (about 5x faster per stand-in episode there)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes that run the episodes, one torch thread each (the per-episode results do not "
-                        "change; default 1: this process)")
-    p.add_argument("--compare", metavar="JSON",
-                   help="another `eval --out` file on the same seeds (another policy, or this one with another "
-                        "--pose-estimator): print the exact paired McNemar test between the two")
+    p.add_argument(
+        "--image-size",
+        nargs=2,
+        type=int,
+        metavar=("H", "W"),
+        help="render size (default: the policy's training size; frames are resized to the policy's input)",
+    )
+    p.add_argument(
+        "--pose-estimator",
+        metavar="DIR",
+        help="ACT on estimated object poses: the pose estimator folder (default: the one its training "
+        "data was recorded with, from its embodied_gym_policy.json)",
+    )
+    p.add_argument(
+        "--pose-update",
+        choices=("every_frame", "at_reset"),
+        help="ACT on estimated object poses: estimate every camera frame, or the reset frame only and hold "
+        "it for the episode (default: as its training data was recorded)",
+    )
+    p.add_argument(
+        "--trust-policy-file",
+        action="store_true",
+        help="load with stable-baselines3's/LeRobot's own loader, which can run code from the file "
+        "(default: read it without unpickling or importing; see docs/policies.md)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (default: torch's, one per core). 1 is fastest for a policy on a pose "
+        "estimate on a busy 2-core machine (about 5x faster per stand-in episode there)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes that run the episodes, one torch thread each (the per-episode results do not "
+        "change; default 1: this process)",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="JSON",
+        help="another `eval --out` file on the same seeds (another policy, or this one with another "
+        "--pose-estimator): print the exact paired McNemar test between the two",
+    )
     p.add_argument("--json", action="store_true", help="also print the summary as JSON")
 
 
@@ -57,8 +85,10 @@ def _read_comparison(path: str) -> dict[int, bool]:
     except FileNotFoundError:
         raise ValueError(f"--compare {path}: no such file (an `embodied-gym eval --out` JSON)") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"--compare {path}: not an `embodied-gym eval --out` JSON with per-episode seeds and "
-                         f"successes ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"--compare {path}: not an `embodied-gym eval --out` JSON with per-episode seeds and "
+            f"successes ({type(e).__name__}: {e})"
+        ) from None
 
 
 def run(args) -> int:
@@ -72,20 +102,34 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
 
-    r = evaluate_policy(args.policy, args.env, args.episodes, args.seed, visaligner=args.visaligner,
-                        physics=args.physics, robot_config=args.robot_config, out=args.out, videos=args.videos,
-                        temporal_ensemble_coeff=args.temporal_ensemble, control_mode=args.control_mode,
-                        cameras=tuple(args.cameras) if args.cameras else None,
-                        image_size=tuple(args.image_size) if args.image_size else None,
-                        trust_policy_file=args.trust_policy_file, pose_estimator=args.pose_estimator,
-                        pose_update=args.pose_update, workers=args.workers)
+    r = evaluate_policy(
+        args.policy,
+        args.env,
+        args.episodes,
+        args.seed,
+        visaligner=args.visaligner,
+        physics=args.physics,
+        robot_config=args.robot_config,
+        out=args.out,
+        videos=args.videos,
+        temporal_ensemble_coeff=args.temporal_ensemble,
+        control_mode=args.control_mode,
+        cameras=tuple(args.cameras) if args.cameras else None,
+        image_size=tuple(args.image_size) if args.image_size else None,
+        trust_policy_file=args.trust_policy_file,
+        pose_estimator=args.pose_estimator,
+        pose_update=args.pose_update,
+        workers=args.workers,
+    )
     print(r.summary())
     if args.out:
         print(f"per-episode results: {args.out}")
     if other is not None:
         c = paired_comparison(successes_by_seed(r), other)
-        print(f"paired with {args.compare} on {c.n} common seeds: {c.rate_a:.0%} vs {c.rate_b:.0%}, only this / only "
-              f"that {c.only_a} / {c.only_b}, exact McNemar p = {c.p_value:.3g}")
+        print(
+            f"paired with {args.compare} on {c.n} common seeds: {c.rate_a:.0%} vs {c.rate_b:.0%}, only this / only "
+            f"that {c.only_a} / {c.only_b}, exact McNemar p = {c.p_value:.3g}"
+        )
     if args.json:
         print(json.dumps({k: v for k, v in r.to_json().items() if k != "per_episode"}))
     return 0

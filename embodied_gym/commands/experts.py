@@ -21,8 +21,10 @@ def run(args) -> int:
     results = evaluate_experts(args.tasks, args.episodes, args.seed, args.out, camera=args.camera)
     for task, r in results.items():
         lo, hi = r.ci95
-        print(f"{task:12s} expert success {r.success_rate:6.1%} (95 % CI {lo:.0%}-{hi:.0%}) over {r.episodes} "
-              f"episodes  (videos: {args.out}/{task})")
+        print(
+            f"{task:12s} expert success {r.success_rate:6.1%} (95 % CI {lo:.0%}-{hi:.0%}) over {r.episodes} "
+            f"episodes  (videos: {args.out}/{task})"
+        )
     return 0
 
 

@@ -8,8 +8,10 @@ import json
 from embodied_gym import configs
 
 NAME = "generate"
-HELP = ("generate training data in the aligned sim: expert demos under calibrated physics, their camera "
-        "rendered by VisAligner (the demo's generate stage)")
+HELP = (
+    "generate training data in the aligned sim: expert demos under calibrated physics, their camera "
+    "rendered by VisAligner (the demo's generate stage)"
+)
 
 
 def add_arguments(p) -> None:
@@ -25,11 +27,15 @@ def run(args) -> int:
     cfg = configs.from_args(AlignedDemosConfig, args, args.config)
     summary = generate_aligned_demos(cfg, args.out)
     print(json.dumps(summary))
-    print(f"aligned-sim dataset: {summary['dataset']} (train on it: embodied-gym train act --dataset "
-          f"{summary['dataset']} --out DIR)")
+    print(
+        f"aligned-sim dataset: {summary['dataset']} (train on it: embodied-gym train act --dataset "
+        f"{summary['dataset']} --out DIR)"
+    )
     return 0
 
 
 def interrupted(args) -> str:
-    return (f"the episodes finished so far are kept in {args.out}/sim and {args.out}/aligned; rerun the same "
-            f"command to continue")
+    return (
+        f"the episodes finished so far are kept in {args.out}/sim and {args.out}/aligned; rerun the same "
+        f"command to continue"
+    )

@@ -7,8 +7,10 @@ from embodied_gym import configs
 
 GROUP = "perception"
 NAME = "frames"
-HELP = ("film scripted-expert episodes with their objects' true poses (the sim's renders, randomised looks, or "
-        "VisAligner's frames): a pose estimator's training data")
+HELP = (
+    "film scripted-expert episodes with their objects' true poses (the sim's renders, randomised looks, or "
+    "VisAligner's frames): a pose estimator's training data"
+)
 
 
 def add_arguments(p) -> None:
@@ -23,8 +25,10 @@ def run(args) -> int:
     cfg = configs.from_args(PoseFramesConfig, args, args.config)
     files = make_frames(cfg)
     frames = load_frames(cfg.out, cfg.estimator_config())
-    print(f"{len(files)} episodes, {len(frames)} frames ({cfg.look}) in {cfg.out} (train on them: embodied-gym "
-          f"perception train --data {cfg.out} --out DIR)")
+    print(
+        f"{len(files)} episodes, {len(frames)} frames ({cfg.look}) in {cfg.out} (train on them: embodied-gym "
+        f"perception train --data {cfg.out} --out DIR)"
+    )
     return 0
 
 

@@ -6,16 +6,26 @@ from __future__ import annotations
 
 GROUP = "perception"
 NAME = "offset"
-HELP = ("measure the estimator's bias on the robot's camera from its recorded demonstrations (where the gripper "
-        "held the object) and write a corrected copy for the robot")
+HELP = (
+    "measure the estimator's bias on the robot's camera from its recorded demonstrations (where the gripper "
+    "held the object) and write a corrected copy for the robot"
+)
 
 
 def add_arguments(p) -> None:
     p.add_argument("--model", required=True, metavar="DIR", help="the estimator the robot demos were recorded with")
-    p.add_argument("--robot-dataset", required=True, metavar="DIR",
-                   help="demonstrations recorded on the robot with --pose-estimator MODEL")
-    p.add_argument("--sim-dataset", required=True, metavar="DIR",
-                   help="demonstrations of the same expert in the sim (their true start poses give the grasp offset)")
+    p.add_argument(
+        "--robot-dataset",
+        required=True,
+        metavar="DIR",
+        help="demonstrations recorded on the robot with --pose-estimator MODEL",
+    )
+    p.add_argument(
+        "--sim-dataset",
+        required=True,
+        metavar="DIR",
+        help="demonstrations of the same expert in the sim (their true start poses give the grasp offset)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="the corrected estimator folder (for the robot only)")
 
 
@@ -28,9 +38,11 @@ def run(args) -> int:
     corrected_estimator(args.model, fit, args.out)
     dx, dy = (100 * v for v in fit.correction_xy)
     spread = 100 * np.std(fit.bias_per_episode, axis=0)
-    print(f"{fit.object}: correction ({dx:+.2f}, {dy:+.2f}) cm in (x, y) from {fit.robot_episodes} robot demonstrations "
-          f"(per-episode spread {spread[0]:.2f} / {spread[1]:.2f} cm; outliers: {fit.outliers or 'none'}); "
-          f"corrected estimator: {args.out} (use it on the robot: --pose-estimator {args.out})")
+    print(
+        f"{fit.object}: correction ({dx:+.2f}, {dy:+.2f}) cm in (x, y) from {fit.robot_episodes} robot demonstrations "
+        f"(per-episode spread {spread[0]:.2f} / {spread[1]:.2f} cm; outliers: {fit.outliers or 'none'}); "
+        f"corrected estimator: {args.out} (use it on the robot: --pose-estimator {args.out})"
+    )
     return 0
 
 

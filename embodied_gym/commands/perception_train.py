@@ -7,8 +7,10 @@ from embodied_gym import configs
 
 GROUP = "perception"
 NAME = "train"
-HELP = ("train the pose estimator (the task objects' poses from the camera's table region) on frame folders; "
-        "its input is theirs")
+HELP = (
+    "train the pose estimator (the task objects' poses from the camera's table region) on frame folders; "
+    "its input is theirs"
+)
 
 
 def add_arguments(p) -> None:
@@ -21,10 +23,13 @@ def run(args) -> int:
     from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
 
     r = train_pose_estimator(configs.from_args(PoseTrainConfig, args, args.config))
-    errors = "; ".join(f"{obj} {e['xy_cm']:.2f} cm" for obj, e in r.val_errors.items() if isinstance(e, dict)
-                       and "xy_cm" in e)
-    print(f"held-out episodes' horizontal error: {errors or '- (no held-out episodes)'}; estimator: {r.out / 'model'} "
-          f"(use it: embodied-gym record/eval --pose-estimator {r.out / 'model'})")
+    errors = "; ".join(
+        f"{obj} {e['xy_cm']:.2f} cm" for obj, e in r.val_errors.items() if isinstance(e, dict) and "xy_cm" in e
+    )
+    print(
+        f"held-out episodes' horizontal error: {errors or '- (no held-out episodes)'}; estimator: {r.out / 'model'} "
+        f"(use it: embodied-gym record/eval --pose-estimator {r.out / 'model'})"
+    )
     return 0
 
 

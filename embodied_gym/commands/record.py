@@ -18,48 +18,90 @@ def add_arguments(p) -> None:
     p.add_argument("--out", required=True, help="dataset folder")
     p.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
-    p.add_argument("--cameras", nargs="+", default=["cam_high"],
-                   help="cameras whose videos are stored (default cam_high); 'none' for no video")
+    p.add_argument(
+        "--cameras",
+        nargs="+",
+        default=["cam_high"],
+        help="cameras whose videos are stored (default cam_high); 'none' for no video",
+    )
     p.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
     p.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
     p.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
-    p.add_argument("--pose-estimator", metavar="DIR",
-                   help="pose estimator folder: its estimate from the camera is stored as "
-                        "observation.environment_state (the camera is rendered even with --cameras none)")
-    p.add_argument("--pose-source", choices=("estimate", "ground_truth"), default="estimate",
-                   help="with --pose-estimator: store its estimate (default), or, on sim ids, the simulator's true "
-                        "object poses in the estimator's layout (exact labels; the trained policy still runs on "
-                        "the estimator, whose folder the dataset names; no camera is rendered for it)")
-    p.add_argument("--pose-update", choices=("every_frame", "at_reset"), default="every_frame",
-                   help="with --pose-estimator: store every camera frame's poses, or the reset frame's held for the "
-                        "episode (the dataset names it; eval then holds the estimate the same way)")
+    p.add_argument(
+        "--pose-estimator",
+        metavar="DIR",
+        help="pose estimator folder: its estimate from the camera is stored as "
+        "observation.environment_state (the camera is rendered even with --cameras none)",
+    )
+    p.add_argument(
+        "--pose-source",
+        choices=("estimate", "ground_truth"),
+        default="estimate",
+        help="with --pose-estimator: store its estimate (default), or, on sim ids, the simulator's true "
+        "object poses in the estimator's layout (exact labels; the trained policy still runs on "
+        "the estimator, whose folder the dataset names; no camera is rendered for it)",
+    )
+    p.add_argument(
+        "--pose-update",
+        choices=("every_frame", "at_reset"),
+        default="every_frame",
+        help="with --pose-estimator: store every camera frame's poses, or the reset frame's held for the "
+        "episode (the dataset names it; eval then holds the estimate the same way)",
+    )
     p.add_argument("--vcodec", default="h264", help="video codec (h264, or libsvtav1 as on the Hub)")
-    p.add_argument("--crf", type=int, default=DEFAULT_CRF,
-                   help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)")
-    p.add_argument("--after-success-steps", type=int, default=AFTER_SUCCESS_STEPS,
-                   help=f"control steps recorded after the first success (0: stop at success; default "
-                        f"{AFTER_SUCCESS_STEPS}; the time limit still ends an episode)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="with --policy expert: processes that roll out episodes while this one writes them in "
-                        "seed order (the dataset is the same for any N; default: the CPU count, 1 with --realtime)")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="with --policy expert: where the workers run: local processes, or Ray tasks on a local "
-                        "Ray instance (pip install 'embodied-gym[ray]')")
-    p.add_argument("--trust-policy-file", action="store_true",
-                   help="load --policy with its library's own loader, which can run code from the file")
+    p.add_argument(
+        "--crf",
+        type=int,
+        default=DEFAULT_CRF,
+        help=f"video quality (lower keeps more; 0 lossless; default {DEFAULT_CRF}, LeRobot's is 30)",
+    )
+    p.add_argument(
+        "--after-success-steps",
+        type=int,
+        default=AFTER_SUCCESS_STEPS,
+        help=f"control steps recorded after the first success (0: stop at success; default "
+        f"{AFTER_SUCCESS_STEPS}; the time limit still ends an episode)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --policy expert: processes that roll out episodes while this one writes them in "
+        "seed order (the dataset is the same for any N; default: the CPU count, 1 with --realtime)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="with --policy expert: where the workers run: local processes, or Ray tasks on a local "
+        "Ray instance (pip install 'embodied-gym[ray]')",
+    )
+    p.add_argument(
+        "--trust-policy-file",
+        action="store_true",
+        help="load --policy with its library's own loader, which can run code from the file",
+    )
 
 
 def run(args) -> int:
     from embodied_gym.errors import UserInputError
 
     cameras = () if [c.lower() for c in args.cameras] == ["none"] else tuple(args.cameras)
-    env_kwargs = dict(robot_config=args.robot_config, realtime=args.realtime,
-                      obs_type="pixels_state" if cameras else "state", cameras=cameras,
-                      image_size=tuple(args.image_size), pose_estimator=args.pose_estimator)
+    env_kwargs = dict(
+        robot_config=args.robot_config,
+        realtime=args.realtime,
+        obs_type="pixels_state" if cameras else "state",
+        cameras=cameras,
+        image_size=tuple(args.image_size),
+        pose_estimator=args.pose_estimator,
+    )
     if args.pose_source != "estimate":
         if not args.pose_estimator:
-            raise UserInputError(f"--pose-source {args.pose_source} needs --pose-estimator DIR (the estimator the "
-                                 f"policy will run on: it fixes the layout of the stored poses)")
+            raise UserInputError(
+                f"--pose-source {args.pose_source} needs --pose-estimator DIR (the estimator the "
+                f"policy will run on: it fixes the layout of the stored poses)"
+            )
         env_kwargs["pose_source"] = args.pose_source
     if args.pose_update != "every_frame":
         if not args.pose_estimator:
@@ -67,18 +109,27 @@ def run(args) -> int:
         env_kwargs["pose_update"] = args.pose_update
     if args.workers is not None and args.workers < 1:
         raise UserInputError(f"--workers must be at least 1 (1 records in this process), got {args.workers}")
-    options = dict(seed=args.seed, resume=args.resume, vcodec=args.vcodec,
-                   after_success_steps=args.after_success_steps, crf=args.crf, cameras=cameras)
+    options = dict(
+        seed=args.seed,
+        resume=args.resume,
+        vcodec=args.vcodec,
+        after_success_steps=args.after_success_steps,
+        crf=args.crf,
+        cameras=cameras,
+    )
     if args.policy == "expert":
         from embodied_gym.data.parallel import record_expert_demos
 
         workers = args.workers or (1 if args.realtime else None)
-        summary = record_expert_demos(args.env, env_kwargs, args.out, args.episodes, workers=workers,
-                                      backend=args.backend, **options)
+        summary = record_expert_demos(
+            args.env, env_kwargs, args.out, args.episodes, workers=workers, backend=args.backend, **options
+        )
     else:
         if args.workers not in (None, 1) or args.backend != "local":
-            raise UserInputError(f"--workers and --backend apply to --policy expert (the scripted expert) only; "
-                                 f"{args.policy} is recorded in this process: drop them")
+            raise UserInputError(
+                f"--workers and --backend apply to --policy expert (the scripted expert) only; "
+                f"{args.policy} is recorded in this process: drop them"
+            )
         from embodied_gym.data.recording import record
         from embodied_gym.factory import make_env
         from embodied_gym.policies.loading import make_agent
@@ -89,12 +140,16 @@ def run(args) -> int:
             summary = record(env, policy, args.out, args.episodes, env_id=args.env, **options)
         finally:
             env.close()
-    print(f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
-          f"{summary.episodes} in total")
+    print(
+        f"recorded {summary.recorded} episodes ({summary.success_rate:.0%} successful) into {summary.root}; "
+        f"{summary.episodes} in total"
+    )
     return 0
 
 
 def interrupted(args) -> str:
     how = "the same command" if args.resume else "the same command plus --resume"
-    return (f"the episodes finished so far are saved in {args.out} (those still being rolled out are dropped); "
-            f"add the rest with {how}")
+    return (
+        f"the episodes finished so far are saved in {args.out} (those still being rolled out are dropped); "
+        f"add the rest with {how}"
+    )

@@ -18,15 +18,20 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from embodied_gym.data.replay import replay_dataset
 
-    r = replay_dataset(args.dataset, args.out, args.episodes, task=args.task, physics=args.physics,
-                       plot_episodes=args.plot_episodes)
+    r = replay_dataset(
+        args.dataset, args.out, args.episodes, task=args.task, physics=args.physics, plot_episodes=args.plot_episodes
+    )
     for row in r["episodes"]:
-        print(f"episode {row['episode']:3d}: joint RMSE {row['joint_rmse_rad']:.4f} rad, TCP translation "
-              f"{row['translation_error_m'] * 100:.2f} cm, rotation {row['rotation_error_rad']:.4f} rad")
+        print(
+            f"episode {row['episode']:3d}: joint RMSE {row['joint_rmse_rad']:.4f} rad, TCP translation "
+            f"{row['translation_error_m'] * 100:.2f} cm, rotation {row['rotation_error_rad']:.4f} rad"
+        )
     m = r["mean"]
-    print(f"mean over {len(r['episodes'])}: joint RMSE {m['joint_rmse_rad']:.4f} rad, translation "
-          f"{m['translation_error_m'] * 100:.2f} cm, rotation {m['rotation_error_rad']:.4f} rad "
-          f"(written to {args.out}/replay.json, replay.png)")
+    print(
+        f"mean over {len(r['episodes'])}: joint RMSE {m['joint_rmse_rad']:.4f} rad, translation "
+        f"{m['translation_error_m'] * 100:.2f} cm, rotation {m['rotation_error_rad']:.4f} rad "
+        f"(written to {args.out}/replay.json, replay.png)"
+    )
     return 0
 
 

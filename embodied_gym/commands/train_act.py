@@ -19,8 +19,10 @@ def run(args) -> int:
     from embodied_gym.policies.act import ACTTrainConfig, train_act
 
     r = train_act(configs.from_args(ACTTrainConfig, args, args.config))
-    print(f"ACT trained to step {r.steps} (final batch loss {r.final_loss:.4f}) in {r.train_time_s:.0f} s "
-          f"(+{r.decode_time_s:.0f} s decoding); policy: {r.checkpoint}")
+    print(
+        f"ACT trained to step {r.steps} (final batch loss {r.final_loss:.4f}) in {r.train_time_s:.0f} s "
+        f"(+{r.decode_time_s:.0f} s decoding); policy: {r.checkpoint}"
+    )
     return 0
 
 

@@ -24,14 +24,19 @@ def run(args) -> int:
     last = trained[-1] if trained else {}
     chosen = selected_iteration(log, cfg.select)
     rates = ", ".join(f"{r['iteration']}: {r['eval_success_rate']:.0%}" for r in log if "eval_success_rate" in r)
-    print(f"TPO: {len(trained)} iterations; last rollout success {last.get('rollout_success_rate', float('nan')):.0%}"
-          + (f"; greedy success in the sim by iteration (0: the reference) {rates}" if rates else ""))
+    print(
+        f"TPO: {len(trained)} iterations; last rollout success {last.get('rollout_success_rate', float('nan')):.0%}"
+        + (f"; greedy success in the sim by iteration (0: the reference) {rates}" if rates else "")
+    )
     which = "the reference policy (no iteration did better in the sim)" if chosen == 0 else f"iteration {chosen}"
-    print(f"policy: {cfg.out}, {which} (eval --policy {cfg.out}; log: {cfg.out}/tpo_log.jsonl, plot: "
-          f"{cfg.out}/tpo.png)")
+    print(
+        f"policy: {cfg.out}, {which} (eval --policy {cfg.out}; log: {cfg.out}/tpo_log.jsonl, plot: {cfg.out}/tpo.png)"
+    )
     return 0
 
 
 def interrupted(args) -> str:
     out = getattr(args, "out", "OUT")
-    return f"finished iterations are kept in {out} (tpo_log.jsonl); rerun the same command to continue after the last one"
+    return (
+        f"finished iterations are kept in {out} (tpo_log.jsonl); rerun the same command to continue after the last one"
+    )

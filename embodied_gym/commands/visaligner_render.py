@@ -25,14 +25,23 @@ def add_arguments(p) -> None:
     p.add_argument("--num-inference-steps", type=int, help="denoising steps per generated frame (model's default)")
     p.add_argument("--steps", dest="legacy_steps", type=int, help="old name of --num-inference-steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--frame-stride", type=int,
-                   help="generate every k-th frame and hold it (default: the model's training stride)")
-    p.add_argument("--batch-episodes", type=int, default=8,
-                   help="episodes generated together (faster on a CPU; memory grows with it)")
+    p.add_argument(
+        "--frame-stride", type=int, help="generate every k-th frame and hold it (default: the model's training stride)"
+    )
+    p.add_argument(
+        "--batch-episodes",
+        type=int,
+        default=8,
+        help="episodes generated together (faster on a CPU; memory grows with it)",
+    )
     p.add_argument("--resume", action="store_true", help="continue an interrupted render")
     p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--crf", type=int, default=DEFAULT_CRF,
-                   help=f"video quality of the new dataset (lower keeps more; 0 lossless; default {DEFAULT_CRF})")
+    p.add_argument(
+        "--crf",
+        type=int,
+        default=DEFAULT_CRF,
+        help=f"video quality of the new dataset (lower keeps more; 0 lossless; default {DEFAULT_CRF})",
+    )
 
 
 def run(args) -> int:
@@ -48,10 +57,21 @@ def run(args) -> int:
         # "--steps" means training steps in `visaligner train`; here it always meant denoising steps.
         print("embodied-gym visaligner render: --steps is now --num-inference-steps", file=sys.stderr)
         steps = steps if steps is not None else args.legacy_steps
-    summary = render_dataset(args.dataset, args.model, args.out, camera=args.camera, reference=args.reference,
-                             episodes=args.episodes, physics=args.physics, num_inference_steps=steps,
-                             seed=args.seed, frame_stride=args.frame_stride,
-                             batch_episodes=args.batch_episodes, resume=args.resume, crf=args.crf)
+    summary = render_dataset(
+        args.dataset,
+        args.model,
+        args.out,
+        camera=args.camera,
+        reference=args.reference,
+        episodes=args.episodes,
+        physics=args.physics,
+        num_inference_steps=steps,
+        seed=args.seed,
+        frame_stride=args.frame_stride,
+        batch_episodes=args.batch_episodes,
+        resume=args.resume,
+        crf=args.crf,
+    )
     print(json.dumps(summary))
     return 0
 

@@ -43,7 +43,7 @@ def camera_of(key: str) -> str:
     """The camera name of an image feature key (inverse of :func:`image_key`)."""
     if not key.startswith(IMAGES + "."):
         raise ValueError(f"{key!r} is not a camera feature (expected {IMAGES}.<camera>)")
-    return key[len(IMAGES) + 1:]
+    return key[len(IMAGES) + 1 :]
 
 
 def dataset_features(cameras, image_size, env_state_names=None) -> dict:

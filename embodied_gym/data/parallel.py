@@ -27,8 +27,14 @@ import pickle
 from typing import Any
 
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
-from embodied_gym.data.recording import (RecordingSummary, RolledEpisode, plan_recording, record, rollout_episode,
-                                         write_episode)
+from embodied_gym.data.recording import (
+    RecordingSummary,
+    RolledEpisode,
+    plan_recording,
+    record,
+    rollout_episode,
+    write_episode,
+)
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
 from embodied_gym.envs.experts import FROM_PLAN
 from embodied_gym.errors import UserInputError
@@ -46,9 +52,11 @@ def _check_spec(env_kwargs: dict) -> None:
         try:
             pickle.dumps(value)
         except Exception as e:
-            raise UserInputError(f"env_kwargs[{key!r}] = {value!r} cannot be sent to a worker process "
-                                 f"({type(e).__name__}: {e}); give files as paths (physics: a JSON path or "
-                                 f"dict, pose_estimator: its folder)") from None
+            raise UserInputError(
+                f"env_kwargs[{key!r}] = {value!r} cannot be sent to a worker process "
+                f"({type(e).__name__}: {e}); give files as paths (physics: a JSON path or "
+                f"dict, pose_estimator: its folder)"
+            ) from None
 
 
 def _worker_env(spec: tuple[str, dict, Any]):
@@ -68,11 +76,13 @@ def _worker_env(spec: tuple[str, dict, Any]):
     return _WORKER["env"], _WORKER["expert"]
 
 
-def _rollout(spec: tuple[str, dict, Any], seed: int, after_success_steps: int, cameras: tuple[str, ...],
-             estimate_key: str | None) -> RolledEpisode:
+def _rollout(
+    spec: tuple[str, dict, Any], seed: int, after_success_steps: int, cameras: tuple[str, ...], estimate_key: str | None
+) -> RolledEpisode:
     env, expert = _worker_env(spec)
-    return rollout_episode(env, expert, seed, after_success_steps=after_success_steps, cameras=cameras,
-                           estimate_key=estimate_key)
+    return rollout_episode(
+        env, expert, seed, after_success_steps=after_success_steps, cameras=cameras, estimate_key=estimate_key
+    )
 
 
 def _close_worker_env() -> None:
@@ -106,9 +116,11 @@ def _import_ray():
     try:
         import ray
     except ImportError as e:
-        raise UserInputError(f"backend='ray' (--backend ray) needs Ray, which cannot be imported here "
-                             f"({type(e).__name__}: {e}); install it with pip install 'embodied-gym[ray]', or "
-                             f"use backend='local' (--backend local)") from None
+        raise UserInputError(
+            f"backend='ray' (--backend ray) needs Ray, which cannot be imported here "
+            f"({type(e).__name__}: {e}); install it with pip install 'embodied-gym[ray]', or "
+            f"use backend='local' (--backend local)"
+        ) from None
     return ray
 
 
@@ -152,12 +164,24 @@ class _RayPool:
                         signal.signal(sig, handler)
 
 
-def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: str | os.PathLike, episodes: int, *,
-                        seed: int = 0, workers: int | None = None, backend: str = "local", resume: bool = False,
-                        repo_id: str | None = None, progress: bool = True, vcodec: str = "h264",
-                        after_success_steps: int = AFTER_SUCCESS_STEPS, crf: int | None = DEFAULT_CRF,
-                        cameras: tuple[str, ...] | None = None,
-                        expert_integral_below: float | None | str = FROM_PLAN) -> RecordingSummary:
+def record_expert_demos(
+    env_id: str,
+    env_kwargs: dict[str, Any] | None,
+    root: str | os.PathLike,
+    episodes: int,
+    *,
+    seed: int = 0,
+    workers: int | None = None,
+    backend: str = "local",
+    resume: bool = False,
+    repo_id: str | None = None,
+    progress: bool = True,
+    vcodec: str = "h264",
+    after_success_steps: int = AFTER_SUCCESS_STEPS,
+    crf: int | None = DEFAULT_CRF,
+    cameras: tuple[str, ...] | None = None,
+    expert_integral_below: float | str | None = FROM_PLAN,
+) -> RecordingSummary:
     """Record ``episodes`` episodes of the scripted expert in ``make_env(env_id, **env_kwargs)``,
     rolled out by ``workers`` processes (see the module docstring); the dataset is the one
     :func:`~embodied_gym.data.recording.record` writes with the same arguments.
@@ -204,8 +228,21 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     try:
         if workers == 1 and backend == "local":
             expert = embodied_gym.make_expert(env, integral_below=expert_integral_below)
-            return record(env, expert, root, episodes, seed=seed, resume=resume, repo_id=repo_id, env_id=env_id,
-                          progress=progress, vcodec=vcodec, after_success_steps=after_success_steps, crf=crf, cameras=cameras)
+            return record(
+                env,
+                expert,
+                root,
+                episodes,
+                seed=seed,
+                resume=resume,
+                repo_id=repo_id,
+                env_id=env_id,
+                progress=progress,
+                vcodec=vcodec,
+                after_success_steps=after_success_steps,
+                crf=crf,
+                cameras=cameras,
+            )
         plan = plan_recording(env, cameras, after_success_steps)
     finally:
         env.close()
@@ -219,8 +256,12 @@ def record_expert_demos(env_id: str, env_kwargs: dict[str, Any] | None, root: st
     spec = (env_id, env_kwargs, expert_integral_below)
     job = (after_success_steps, plan.cameras, plan.estimate_key)
     window = 2 * workers  # episodes in flight past the next one to write
-    bar = tqdm(total=episodes, desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
-               unit="ep", disable=not progress)
+    bar = tqdm(
+        total=episodes,
+        desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
+        unit="ep",
+        disable=not progress,
+    )
     pool = (_RayPool if backend == "ray" else _LocalPool)(spec, workers)
     finished = False
     try:

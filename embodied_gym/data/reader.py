@@ -22,8 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
-from embodied_gym.data.features import FPS, INFO, SIDECAR, TRAJECTORY, camera_of, image_key
-from embodied_gym.data.features import ACTION, EE_POSE, STATE, VELOCITY
+from embodied_gym.data.features import (
+    ACTION,
+    EE_POSE,
+    FPS,
+    INFO,
+    SIDECAR,
+    STATE,
+    TRAJECTORY,
+    VELOCITY,
+    camera_of,
+    image_key,
+)
 from embodied_gym.registration import EnvId, parse_env_id
 
 _DECODE_BATCH = 64  # frames per seek-and-decode call
@@ -66,8 +76,9 @@ def read_info(root: str | os.PathLike) -> dict:
     """
     path = Path(root) / INFO
     if not path.is_file():
-        raise FileNotFoundError(f"{root} is not a LeRobotDataset (no {INFO}); record one with "
-                                f"`embodied-gym record --out {root} ...`")
+        raise FileNotFoundError(
+            f"{root} is not a LeRobotDataset (no {INFO}); record one with `embodied-gym record --out {root} ...`"
+        )
     try:
         info = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -96,8 +107,7 @@ def read_sidecar(root: str | os.PathLike) -> list[dict]:
         except json.JSONDecodeError as e:
             raise DatasetError(f"dataset {root}: {path} line {n} is not valid JSON ({e})") from None
         if not isinstance(row, dict) or not isinstance(row.get("episode_index"), int):
-            raise DatasetError(f"dataset {root}: {path} line {n} is not a JSON object with an integer "
-                               f"'episode_index'")
+            raise DatasetError(f"dataset {root}: {path} line {n} is not a JSON object with an integer 'episode_index'")
         rows.append(row)
     return rows
 
@@ -112,8 +122,10 @@ def _check_parquet_files(root: Path) -> None:
         try:
             pq.read_metadata(path)
         except Exception as e:  # pyarrow raises ArrowInvalid/OSError for damaged files
-            raise DatasetError(f"dataset {root}: {path.relative_to(root)} is damaged or truncated "
-                               f"({type(e).__name__}: {e}); re-record the dataset, or restore that file") from None
+            raise DatasetError(
+                f"dataset {root}: {path.relative_to(root)} is damaged or truncated "
+                f"({type(e).__name__}: {e}); re-record the dataset, or restore that file"
+            ) from None
 
 
 def _range_text(indices) -> str:
@@ -136,9 +148,10 @@ class RecordedDataset:
         _check_parquet_files(self.root)
         try:
             self.meta = LeRobotDatasetMetadata(dataset_repo_id(self.root), root=self.root)
-        except Exception as e:  # noqa: BLE001 - any failure here is a damaged dataset; name it
-            raise DatasetError(f"dataset {self.root}: cannot read its metadata ({type(e).__name__}: {e}); "
-                               f"re-record the dataset") from None
+        except Exception as e:
+            raise DatasetError(
+                f"dataset {self.root}: cannot read its metadata ({type(e).__name__}: {e}); re-record the dataset"
+            ) from None
 
     # ------------------------------------------------------------------ description
     def __repr__(self) -> str:
@@ -169,9 +182,11 @@ class RecordedDataset:
         """The video feature key of ``camera``; raises :class:`DatasetError` listing the cameras."""
         key = image_key(camera)
         if key not in self.meta.video_keys:
-            raise DatasetError(f"dataset {self.root} has no video for camera {camera!r}; it has "
-                               f"{self.cameras or 'no camera'}. Record one with `embodied-gym record ... "
-                               f"--cameras {camera}`")
+            raise DatasetError(
+                f"dataset {self.root} has no video for camera {camera!r}; it has "
+                f"{self.cameras or 'no camera'}. Record one with `embodied-gym record ... "
+                f"--cameras {camera}`"
+            )
         return key
 
     def image_size(self, camera: str) -> tuple[int, int]:
@@ -182,8 +197,10 @@ class RecordedDataset:
         """Raise :class:`DatasetError` naming the missing ones of feature ``keys`` and ``purpose``."""
         missing = [k for k in keys if k not in self.features]
         if missing:
-            raise DatasetError(f"dataset {self.root} lacks the feature(s) {missing} that {purpose} needs; record it "
-                               f"with `embodied-gym record`")
+            raise DatasetError(
+                f"dataset {self.root} lacks the feature(s) {missing} that {purpose} needs; record it "
+                f"with `embodied-gym record`"
+            )
 
     def check_episodes(self, episodes: list[int] | None) -> list[int]:
         """``episodes`` (all by default) checked against the dataset, as a list of ints.
@@ -201,8 +218,9 @@ class RecordedDataset:
             raise DatasetError(f"episode indices must be integers; got {bad}")
         out = [e for e in episodes if not 0 <= e < n]
         if out:
-            raise DatasetError(f"dataset {self.root} has {_range_text(range(n))}; episode(s) "
-                               f"{[int(e) for e in out]} out of range")
+            raise DatasetError(
+                f"dataset {self.root} has {_range_text(range(n))}; episode(s) {[int(e) for e in out]} out of range"
+            )
         return [int(e) for e in episodes]
 
     # ------------------------------------------------------------------ sidecar
@@ -227,8 +245,10 @@ class RecordedDataset:
                 try:
                     return parse_env_id(value)
                 except ValueError as e:
-                    raise DatasetError(f"dataset {self.root}: {SIDECAR} row of episode {row['episode_index']} "
-                                       f"has env_id {value!r}: {e}") from None
+                    raise DatasetError(
+                        f"dataset {self.root}: {SIDECAR} row of episode {row['episode_index']} "
+                        f"has env_id {value!r}: {e}"
+                    ) from None
         return None
 
     @property
@@ -239,8 +259,9 @@ class RecordedDataset:
     def require_task(self) -> str:
         """:attr:`task`, or a :class:`DatasetError` saying to pass the task."""
         if self.task is None:
-            raise DatasetError(f"cannot tell the task of dataset {self.root} (no env_id in {SIDECAR}); pass the "
-                               f"task (--task)")
+            raise DatasetError(
+                f"cannot tell the task of dataset {self.root} (no env_id in {SIDECAR}); pass the task (--task)"
+            )
         return self.task
 
     @property
@@ -259,10 +280,12 @@ class RecordedDataset:
         kwargs.setdefault("video_backend", "pyav")
         try:
             return LeRobotDataset(dataset_repo_id(self.root), root=self.root, episodes=episodes, **kwargs)
-        except Exception as e:  # noqa: BLE001 - datasets' DatasetGenerationError et al. name no file
+        except Exception as e:
             cause = e.__cause__ or e
-            raise DatasetError(f"dataset {self.root}: LeRobot cannot read its data ({type(cause).__name__}: "
-                               f"{cause}); re-record the dataset") from e
+            raise DatasetError(
+                f"dataset {self.root}: LeRobot cannot read its data ({type(cause).__name__}: "
+                f"{cause}); re-record the dataset"
+            ) from e
 
     def table(self, episodes: list[int] | None = None):
         """The frame table (a ``datasets.Dataset``: one row per frame, every non-video feature plus
@@ -297,16 +320,27 @@ class RecordedDataset:
             sel = ep_index == e
             n = int(sel.sum())
             if n < min_length:
-                raise DatasetError(f"episode {e} of {self.root} has {n} frame{'s' if n != 1 else ''}; replay needs "
-                                   f"at least {min_length}")
+                raise DatasetError(
+                    f"episode {e} of {self.root} has {n} frame{'s' if n != 1 else ''}; replay needs "
+                    f"at least {min_length}"
+                )
             arrays = {k: v[sel] for k, v in cols.items()}
             for k, v in arrays.items():
                 if not np.isfinite(v).all():
                     raise DatasetError(f"episode {e} of {self.root} has NaN/inf in '{k}'")
             row = self.row(e)
-            out.append(Episode(index=e, state=arrays[STATE], velocity=arrays[VELOCITY], ee_pose=arrays[EE_POSE],
-                               action=arrays[ACTION], task=names.get(int(task_index[sel][0]), ""),
-                               seed=row.get("seed"), layout=row.get("layout", {})))
+            out.append(
+                Episode(
+                    index=e,
+                    state=arrays[STATE],
+                    velocity=arrays[VELOCITY],
+                    ee_pose=arrays[EE_POSE],
+                    action=arrays[ACTION],
+                    task=names.get(int(task_index[sel][0]), ""),
+                    seed=row.get("seed"),
+                    layout=row.get("layout", {}),
+                )
+            )
         return out
 
     def episode_length(self, episode: int) -> int:
@@ -333,12 +367,13 @@ class RecordedDataset:
         chunks = []
         try:
             for i in range(0, n, _DECODE_BATCH):
-                chunk = decode_video_frames(path, ts[i:i + _DECODE_BATCH], 1e-4, "pyav", return_uint8=True)
+                chunk = decode_video_frames(path, ts[i : i + _DECODE_BATCH], 1e-4, "pyav", return_uint8=True)
                 chunks.append(chunk.permute(0, 2, 3, 1).numpy())
-        except Exception as e2:  # noqa: BLE001 - PyAV/LeRobot errors: name the episode and file
-            raise DatasetError(f"dataset {self.root}: cannot decode episode {e} of camera {camera!r} from "
-                               f"{path.relative_to(self.root)} ({type(e2).__name__}: {str(e2).splitlines()[0]})"
-                               ) from None
+        except Exception as e2:
+            raise DatasetError(
+                f"dataset {self.root}: cannot decode episode {e} of camera {camera!r} from "
+                f"{path.relative_to(self.root)} ({type(e2).__name__}: {str(e2).splitlines()[0]})"
+            ) from None
         return np.ascontiguousarray(np.concatenate(chunks)) if chunks else np.zeros((0, 0, 0, 3), np.uint8)
 
     def frames_of(self, camera: str, episodes: list[int] | None = None) -> dict[int, np.ndarray]:
@@ -361,5 +396,15 @@ def load_episodes(root: str | os.PathLike, episodes: list[int] | None = None) ->
     return open_dataset(root).episodes(episodes)
 
 
-__all__ = ["DatasetError", "Episode", "FPS", "RecordedDataset", "dataset_repo_id", "is_dataset", "load_episodes",
-           "open_dataset", "read_info", "read_sidecar"]
+__all__ = [
+    "FPS",
+    "DatasetError",
+    "Episode",
+    "RecordedDataset",
+    "dataset_repo_id",
+    "is_dataset",
+    "load_episodes",
+    "open_dataset",
+    "read_info",
+    "read_sidecar",
+]

@@ -34,8 +34,8 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import gymnasium as gym
 import mujoco
@@ -46,8 +46,18 @@ from embodied_gym.data.features import AFTER_SUCCESS_STEPS, dataset_features
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter, video_encoder
 from embodied_gym.sim import robot as layout
 
-__all__ = ["AFTER_SUCCESS_STEPS", "DEFAULT_CRF", "RecordingPlan", "RecordingSummary", "RolledEpisode", "plan_recording",
-           "record", "rollout_episode", "video_encoder", "write_episode"]
+__all__ = [
+    "AFTER_SUCCESS_STEPS",
+    "DEFAULT_CRF",
+    "RecordingPlan",
+    "RecordingSummary",
+    "RolledEpisode",
+    "plan_recording",
+    "record",
+    "rollout_episode",
+    "video_encoder",
+    "write_episode",
+]
 
 
 @dataclass
@@ -85,8 +95,12 @@ def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
     while isinstance(e, gym.Wrapper):
         if isinstance(e, (PoseEstimateWrapper, GroundTruthPoseWrapper)):
             cfg = e.config
-            about = dict(e.source or {}, camera=cfg.camera, image_size=list(env.unwrapped.image_size),
-                         names=list(cfg.output_names))
+            about = dict(
+                e.source or {},
+                camera=cfg.camera,
+                image_size=list(env.unwrapped.image_size),
+                names=list(cfg.output_names),
+            )
             return e.key, list(cfg.output_names), about
         e = e.env
     if KEY in space:  # another wrapper added it: unnamed entries
@@ -111,8 +125,15 @@ class RolledEpisode:
         return self.success_step is not None
 
 
-def rollout_episode(env: gym.Env, policy: Callable, seed: int, *, after_success_steps: int = AFTER_SUCCESS_STEPS,
-                    cameras: tuple[str, ...] = (), estimate_key: str | None = None) -> RolledEpisode:
+def rollout_episode(
+    env: gym.Env,
+    policy: Callable,
+    seed: int,
+    *,
+    after_success_steps: int = AFTER_SUCCESS_STEPS,
+    cameras: tuple[str, ...] = (),
+    estimate_key: str | None = None,
+) -> RolledEpisode:
     """Roll one episode of ``policy`` in ``env`` from ``env.reset(seed=seed)`` and return its frames;
     nothing is written (:func:`record` and :func:`~embodied_gym.data.parallel.record_expert_demos`
     write them). Same rules as :func:`record`: the episode ends ``after_success_steps`` steps after
@@ -133,8 +154,11 @@ def rollout_episode(env: gym.Env, policy: Callable, seed: int, *, after_success_
         while not done:
             action = policy(obs, info)
             q = np.asarray(obs["joint_pos"], dtype=np.float32)
-            frame = {F.STATE: q, F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
-                     F.EE_POSE: _ee_pose(u, info, q.astype(np.float64))}
+            frame = {
+                F.STATE: q,
+                F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
+                F.EE_POSE: _ee_pose(u, info, q.astype(np.float64)),
+            }
             frame.update({F.image_key(cam): obs[cam] for cam in cameras})
             if estimate_key:
                 frame[F.ENV_STATE] = np.asarray(obs[estimate_key], dtype=np.float32)
@@ -142,21 +166,32 @@ def rollout_episode(env: gym.Env, policy: Callable, seed: int, *, after_success_
             success = bool(info.get("is_success"))  # on this frame
             if success and first_success is None:
                 first_success = len(frames)
-            done = terminated or truncated or (first_success is not None
-                                               and len(frames) - first_success >= after_success_steps)
-            frame.update({
-                F.ACTION: np.asarray(u.commanded_targets, dtype=np.float32),
-                F.REWARD: np.array([reward], dtype=np.float32),
-                F.SUCCESS: np.array([success]),
-                F.DONE: np.array([done]),
-                F.TASK: u.task.description,
-            })
+            done = (
+                terminated
+                or truncated
+                or (first_success is not None and len(frames) - first_success >= after_success_steps)
+            )
+            frame.update(
+                {
+                    F.ACTION: np.asarray(u.commanded_targets, dtype=np.float32),
+                    F.REWARD: np.array([reward], dtype=np.float32),
+                    F.SUCCESS: np.array([success]),
+                    F.DONE: np.array([done]),
+                    F.TASK: u.task.description,
+                }
+            )
             frames.append(frame)
     finally:
         if terminate_on_success is not None:
             u.terminate_on_success = terminate_on_success
-    return RolledEpisode(seed=seed, frames=frames, success_step=first_success, length=int(info["step"]),
-                         layout=layout_at_start, control_mode=u.control_mode)
+    return RolledEpisode(
+        seed=seed,
+        frames=frames,
+        success_step=first_success,
+        length=int(info["step"]),
+        layout=layout_at_start,
+        control_mode=u.control_mode,
+    )
 
 
 @dataclass
@@ -181,13 +216,21 @@ class RecordingPlan:
         extra = {"pose_estimator": self.estimate[2]} if self.estimate and self.estimate[2] else {}
         if self.camera_fps is not None:
             extra["camera_fps"] = self.camera_fps  # frames (and estimates) are held between camera frames
-        return {"seed": episode.seed, "success": episode.success, "success_step": episode.success_step,
-                "length": episode.length, "env_id": env_id, "control_mode": episode.control_mode,
-                "layout": episode.layout, **extra}
+        return {
+            "seed": episode.seed,
+            "success": episode.success,
+            "success_step": episode.success_step,
+            "length": episode.length,
+            "env_id": env_id,
+            "control_mode": episode.control_mode,
+            "layout": episode.layout,
+            **extra,
+        }
 
 
-def plan_recording(env: gym.Env, cameras: tuple[str, ...] | None = None,
-                   after_success_steps: int = AFTER_SUCCESS_STEPS) -> RecordingPlan:
+def plan_recording(
+    env: gym.Env, cameras: tuple[str, ...] | None = None, after_success_steps: int = AFTER_SUCCESS_STEPS
+) -> RecordingPlan:
     """Check that ``env`` can be recorded (see :func:`record`) and say what is stored.
 
     Raises:
@@ -196,8 +239,10 @@ def plan_recording(env: gym.Env, cameras: tuple[str, ...] | None = None,
     """
     u = env.unwrapped
     if getattr(u, "obs_type", None) not in ("state", "pixels_state"):
-        raise ValueError("record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
-                         "or obs_type='state' (no video)")
+        raise ValueError(
+            "record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
+            "or obs_type='state' (no video)"
+        )
     if after_success_steps < 0:
         raise ValueError(f"after_success_steps must be >= 0 (0 stops at the first success), got {after_success_steps}")
     rendered = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
@@ -205,8 +250,10 @@ def plan_recording(env: gym.Env, cameras: tuple[str, ...] | None = None,
         cameras = rendered
     missing = [c for c in cameras if c not in rendered]
     if missing:
-        raise ValueError(f"record(cameras={tuple(cameras)}): the env renders {list(rendered)}, not {missing}; make "
-                         f"it with obs_type='pixels_state' and those cameras")
+        raise ValueError(
+            f"record(cameras={tuple(cameras)}): the env renders {list(rendered)}, not {missing}; make "
+            f"it with obs_type='pixels_state' and those cameras"
+        )
     estimate = _pose_estimate(env)
     # The camera rate matters where frames, or poses seen through the camera, are held between frames.
     fps = getattr(u, "camera_fps", None) if (rendered or estimate) else None
@@ -218,8 +265,10 @@ def _interrupt_after():
     """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then raise
     ``KeyboardInterrupt``: LeRobot cannot drop an episode whose save was cut half-way. Only in the
     main thread, and only while SIGINT has Python's default handler."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield
         return
     received: list[int] = []
@@ -246,10 +295,22 @@ def write_episode(writer: EpisodeWriter, episode: RolledEpisode, row: dict) -> i
             raise
 
 
-def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: int, *, seed: int = 0,
-           resume: bool = False, repo_id: str | None = None, env_id: str | None = None,
-           progress: bool = True, vcodec: str = "h264", after_success_steps: int = AFTER_SUCCESS_STEPS,
-           crf: int | None = DEFAULT_CRF, cameras: tuple[str, ...] | None = None) -> RecordingSummary:
+def record(
+    env: gym.Env,
+    policy: Callable,
+    root: str | os.PathLike,
+    episodes: int,
+    *,
+    seed: int = 0,
+    resume: bool = False,
+    repo_id: str | None = None,
+    env_id: str | None = None,
+    progress: bool = True,
+    vcodec: str = "h264",
+    after_success_steps: int = AFTER_SUCCESS_STEPS,
+    crf: int | None = DEFAULT_CRF,
+    cameras: tuple[str, ...] | None = None,
+) -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``, one after
     another in this process (:func:`~embodied_gym.data.parallel.record_expert_demos` rolls the
     scripted expert's episodes in worker processes and writes the same dataset).
@@ -281,8 +342,14 @@ def record(env: gym.Env, policy: Callable, root: str | os.PathLike, episodes: in
     results = []
     bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=not progress)
     for index in bar:
-        episode = rollout_episode(env, policy, seed + index, after_success_steps=after_success_steps,
-                                  cameras=plan.cameras, estimate_key=plan.estimate_key)
+        episode = rollout_episode(
+            env,
+            policy,
+            seed + index,
+            after_success_steps=after_success_steps,
+            cameras=plan.cameras,
+            estimate_key=plan.estimate_key,
+        )
         write_episode(writer, episode, plan.row(episode, env_id))
         results.append(episode.success)
         bar.set_postfix(success=f"{np.mean(results):.0%}")

@@ -17,9 +17,9 @@ import numpy as np
 
 from embodied_gym import atomic
 from embodied_gym.data.reader import Episode, dataset_repo_id, load_episodes  # noqa: F401 (older imports)
+from embodied_gym.metrics import ee_errors
 from embodied_gym.sim import robot as layout
 from embodied_gym.sim.tasks import layout_from_poses
-from embodied_gym.metrics import ee_errors
 
 
 @dataclass
@@ -34,10 +34,13 @@ class ReplayResult:
     rotation_error: np.ndarray  # (T-1,) rad
 
     def summary(self) -> dict[str, float]:
-        return {"episode": self.episode, "steps": int(len(self.joint_rmse)),
-                "joint_rmse_rad": float(np.sqrt(np.mean(self.joint_rmse ** 2))),
-                "translation_error_m": float(self.translation_error.mean()),
-                "rotation_error_rad": float(self.rotation_error.mean())}
+        return {
+            "episode": self.episode,
+            "steps": len(self.joint_rmse),
+            "joint_rmse_rad": float(np.sqrt(np.mean(self.joint_rmse**2))),
+            "translation_error_m": float(self.translation_error.mean()),
+            "rotation_error_rad": float(self.rotation_error.mean()),
+        }
 
 
 def replay_episode(episode: Episode, task: str, physics=None, env: gym.Env | None = None) -> ReplayResult:
@@ -81,22 +84,34 @@ def plot_replay(results: list[ReplayResult], path: str | os.PathLike, labels: li
     for row, r in enumerate(results):
         name = labels[row] if labels else f"episode {r.episode}"
         for arm, colour in ((0, "tab:blue"), (1, "tab:orange")):
-            real, sim = r.real_ee[:, arm * 7:arm * 7 + 3], r.sim_ee[:, arm * 7:arm * 7 + 3]
+            real, sim = r.real_ee[:, arm * 7 : arm * 7 + 3], r.sim_ee[:, arm * 7 : arm * 7 + 3]
             for ax, (i, j), view in ((axes[row, 0], (0, 1), "top (x, y)"), (axes[row, 1], (0, 2), "side (x, z)")):
                 ax.plot(real[:, i], real[:, j], "-", color=colour, label=f"{layout.ARMS[arm]} recorded")
                 ax.plot(sim[:, i], sim[:, j], "--", color=colour, label=f"{layout.ARMS[arm]} replayed")
                 ax.set_title(f"{name}: {view}")
                 ax.set_aspect("equal", adjustable="datalim")
         s = r.summary()
-        axes[row, 1].text(0.02, 0.02, f"trans {s['translation_error_m'] * 100:.1f} cm, rot {s['rotation_error_rad']:.3f} rad,"
-                          f" joint RMSE {s['joint_rmse_rad']:.3f} rad", transform=axes[row, 1].transAxes, fontsize=8)
+        axes[row, 1].text(
+            0.02,
+            0.02,
+            f"trans {s['translation_error_m'] * 100:.1f} cm, rot {s['rotation_error_rad']:.3f} rad,"
+            f" joint RMSE {s['joint_rmse_rad']:.3f} rad",
+            transform=axes[row, 1].transAxes,
+            fontsize=8,
+        )
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
     atomic.save_figure(fig, path, dpi=110)
 
 
-def replay_dataset(dataset: str | os.PathLike, out: str | os.PathLike, episodes: list[int] | None = None,
-                   task: str | None = None, physics=None, plot_episodes: int = 3) -> dict:
+def replay_dataset(
+    dataset: str | os.PathLike,
+    out: str | os.PathLike,
+    episodes: list[int] | None = None,
+    task: str | None = None,
+    physics=None,
+    plot_episodes: int = 3,
+) -> dict:
     """Replay ``episodes`` (all by default) of a recorded dataset open-loop and write
     ``out/replay.json`` (per-episode and mean errors) and ``out/replay.png``.
 
@@ -118,11 +133,18 @@ def replay_dataset(dataset: str | os.PathLike, out: str | os.PathLike, episodes:
     task = task or ds.require_task()
     results = [replay_episode(ep, task, physics=physics) for ep in chosen]
     rows = [r.summary() for r in results]
-    mean = {k: float(sum(r[k] for r in rows) / len(rows)) for k in ("joint_rmse_rad", "translation_error_m",
-                                                                       "rotation_error_rad")}
+    mean = {
+        k: float(sum(r[k] for r in rows) / len(rows))
+        for k in ("joint_rmse_rad", "translation_error_m", "rotation_error_rad")
+    }
     os.makedirs(out, exist_ok=True)
-    summary = {"dataset": str(dataset), "physics": None if physics is None else str(physics), "task": task,
-               "mean": mean, "episodes": rows}
+    summary = {
+        "dataset": str(dataset),
+        "physics": None if physics is None else str(physics),
+        "task": task,
+        "mean": mean,
+        "episodes": rows,
+    }
     atomic.write_json(os.path.join(out, "replay.json"), summary)
     plot_replay(results[:plot_episodes], os.path.join(out, "replay.png"))
     return summary

@@ -17,7 +17,6 @@ from embodied_gym import atomic
 from embodied_gym.data.features import AUTO_FEATURES, FPS, SIDECAR
 from embodied_gym.data.reader import DatasetError, dataset_repo_id, is_dataset, read_info, read_sidecar
 
-
 DEFAULT_CRF = 10
 """Default video quality (constant rate factor; lower keeps more, 0 is lossless). LeRobot's default
 (30) is tuned for 480x640 frames; at the small sizes trained on CPUs a task object is a few pixels
@@ -74,17 +73,28 @@ class EpisodeWriter:
     ``discard_episode()`` (or use the writer as a context manager, which does).
     """
 
-    def __init__(self, root: str | os.PathLike, features: dict, *, fps: int = FPS, robot_type: str | None = "aloha",
-                 repo_id: str | None = None, vcodec: str = "h264", resume: bool = False,
-                 crf: int | None = DEFAULT_CRF):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        features: dict,
+        *,
+        fps: int = FPS,
+        robot_type: str | None = "aloha",
+        repo_id: str | None = None,
+        vcodec: str = "h264",
+        resume: bool = False,
+        crf: int | None = DEFAULT_CRF,
+    ):
         self.root = Path(root)
         self.features, self.fps, self.robot_type = features, fps, robot_type
         self.repo_id = repo_id or dataset_repo_id(self.root)
         self.encoder = video_encoder(vcodec, crf)
         if is_dataset(self.root):
             if not resume:
-                raise FileExistsError(f"{self.root} already holds a dataset; pass resume=True (--resume) to add "
-                                      f"episodes, or choose another output folder")
+                raise FileExistsError(
+                    f"{self.root} already holds a dataset; pass resume=True (--resume) to add "
+                    f"episodes, or choose another output folder"
+                )
             info = read_info(self.root)
             self._check_compatible(info)
             self.episodes = int(info.get("total_episodes", 0))
@@ -93,8 +103,9 @@ class EpisodeWriter:
         else:
             if self.root.exists():
                 if not self.root.is_dir() or any(self.root.iterdir()):
-                    raise FileExistsError(f"{self.root} exists and is not a LeRobotDataset; choose an empty or new "
-                                          f"folder")
+                    raise FileExistsError(
+                        f"{self.root} exists and is not a LeRobotDataset; choose an empty or new folder"
+                    )
                 self.root.rmdir()  # LeRobot creates the folder itself
             self.episodes, self.rows = 0, []
         self._ds = None  # the LeRobot writer of the episode in progress
@@ -108,17 +119,26 @@ class EpisodeWriter:
             if have.get(k) != want.get(k):
                 diffs.append(f"{k}: {have.get(k, 'absent')} (now {want.get(k, 'absent')})")
         if diffs:
-            raise DatasetError(f"{self.root} was recorded with other settings: {'; '.join(diffs)}; resume with the "
-                             f"same cameras and image size, or choose another output folder")
+            raise DatasetError(
+                f"{self.root} was recorded with other settings: {'; '.join(diffs)}; resume with the "
+                f"same cameras and image size, or choose another output folder"
+            )
 
     def _open(self):
         from lerobot.datasets import LeRobotDataset
 
         if is_dataset(self.root):
             return LeRobotDataset.resume(self.repo_id, root=self.root, video_backend="pyav", rgb_encoder=self.encoder)
-        return LeRobotDataset.create(self.repo_id, fps=self.fps, features=self.features, root=self.root,
-                                     robot_type=self.robot_type, use_videos=True, video_backend="pyav",
-                                     rgb_encoder=self.encoder)
+        return LeRobotDataset.create(
+            self.repo_id,
+            fps=self.fps,
+            features=self.features,
+            root=self.root,
+            robot_type=self.robot_type,
+            use_videos=True,
+            video_backend="pyav",
+            rgb_encoder=self.encoder,
+        )
 
     def add_frame(self, frame: dict) -> None:
         """Add one frame (every feature, plus ``task``) to the episode in progress."""
@@ -152,7 +172,7 @@ class EpisodeWriter:
 
     close = discard_episode
 
-    def __enter__(self) -> "EpisodeWriter":
+    def __enter__(self) -> EpisodeWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -14,9 +14,10 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from embodied_gym.atomic import write_json
 
@@ -43,7 +44,7 @@ class StageCache:
         self.order = order or []
         if rerun_from is not None and rerun_from not in self.order:
             raise ValueError(f"unknown stage {rerun_from!r} for --from; stages: {self.order}")
-        self.forced = set(self.order[self.order.index(rerun_from):]) if rerun_from else set()
+        self.forced = set(self.order[self.order.index(rerun_from) :]) if rerun_from else set()
         self.records: dict[str, StageRecord] = {}
 
     def key(self, settings: Any, inputs: list[str]) -> str:
@@ -72,8 +73,10 @@ class StageCache:
         t = time.perf_counter()
         outputs = fn(folder)
         wall = time.perf_counter() - t
-        write_json(folder / "stage.json", {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs,
-                                           "wall_time_s": wall})
+        write_json(
+            folder / "stage.json",
+            {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs, "wall_time_s": wall},
+        )
         rec = StageRecord(name, key, folder, outputs, wall, cached=False)
         self.records[name] = rec
         return rec

@@ -55,8 +55,11 @@ class PerceptionSettings:
     layouts_per_episode: int = setting(20, help="extra frames of fresh layouts after each episode")
     frame_stride: int = setting(4, help="keep every k-th frame of an episode")
     workers: int | None = setting(None, help="processes that render the frames (default: the CPU count)")
-    robot_offset: bool = setting(True, help="correct the estimator's constant bias on the robot's camera, measured "
-                                            "on the recorded demonstrations (stage perception_offset; PickCup)")
+    robot_offset: bool = setting(
+        True,
+        help="correct the estimator's constant bias on the robot's camera, measured "
+        "on the recorded demonstrations (stage perception_offset; PickCup)",
+    )
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 
@@ -135,8 +138,12 @@ class DemoConfig:
 
     def devices(self) -> dict[str, str | None]:
         """The torch device of each stage that has one, by its dotted setting name."""
-        return {"act.device": self.act.device, "visaligner.device": self.visaligner.device,
-                "generate.device": self.generate.device, "tpo.device": self.tpo.device}
+        return {
+            "act.device": self.act.device,
+            "visaligner.device": self.visaligner.device,
+            "generate.device": self.generate.device,
+            "tpo.device": self.tpo.device,
+        }
 
     def check(self) -> list[str]:
         """Refuse, before any stage runs, what would fail hours in; returns warnings.
@@ -156,25 +163,31 @@ class DemoConfig:
         check_config(self)
         images = self.observation == "images" and self.act.images is not False
         if self.require_backbone_weights and images and not self.act.backbone_weights:
-            raise ValueError("this profile trains ACT's ResNet-18 from pretrained weights (act.backbone_weights), "
-                             "which are never downloaded: pass --act.backbone-weights FILE, a local torchvision "
-                             f"ResNet-18 state dict (.safetensors or .pth); {BACKBONE_WEIGHTS_RECIPE}. "
-                             "(--no-require-backbone-weights trains from a random init instead.)")
+            raise ValueError(
+                "this profile trains ACT's ResNet-18 from pretrained weights (act.backbone_weights), "
+                "which are never downloaded: pass --act.backbone-weights FILE, a local torchvision "
+                f"ResNet-18 state dict (.safetensors or .pth); {BACKBONE_WEIGHTS_RECIPE}. "
+                "(--no-require-backbone-weights trains from a random init instead.)"
+            )
         if self.act.backbone_weights and images:
             overrides = self.act.overrides or {}
             base = PRESETS[self.act.preset].vision_backbone if self.act.preset in PRESETS else "resnet18"
             check_backbone_weights(self.act.backbone_weights, overrides.get("vision_backbone", base))
         cuda = [k for k, v in self.devices().items() if v and str(v).startswith("cuda")]
         if cuda and not torch.cuda.is_available():
-            raise ValueError(f"{', '.join(f'{k} = cuda' for k in cuda)}, but torch sees no GPU "
-                             f"(torch.cuda.is_available() is False); run on a GPU machine with a CUDA build of "
-                             f"torch, or pass {' '.join(f'--{k} cpu' for k in cuda)}")
+            raise ValueError(
+                f"{', '.join(f'{k} = cuda' for k in cuda)}, but torch sees no GPU "
+                f"(torch.cuda.is_available() is False); run on a GPU machine with a CUDA build of "
+                f"torch, or pass {' '.join(f'--{k} cpu' for k in cuda)}"
+            )
         warnings = []
         model = preset(self.visaligner.preset, **dict(self.visaligner.model))
         if self.visaligner.preset == "tiny" and tuple(model.image_size) != tuple(self.record.image_size):
-            warnings.append(f"VisAligner's model works at {tuple(model.image_size)} but the record stage records "
-                            f"{tuple(self.record.image_size)}: frames are resized; set visaligner.model.image_size "
-                            f"to record.image_size to train at the recorded size")
+            warnings.append(
+                f"VisAligner's model works at {tuple(model.image_size)} but the record stage records "
+                f"{tuple(self.record.image_size)}: frames are resized; set visaligner.model.image_size "
+                f"to record.image_size to train at the recorded size"
+            )
         return warnings
 
 
@@ -210,8 +223,10 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
     from embodied_gym.perception.wrapper import POSE_UPDATES
 
     if cfg.evaluate.pose_update is not None and cfg.evaluate.pose_update not in POSE_UPDATES:
-        raise ValueError(f"evaluate.pose_update: {cfg.evaluate.pose_update!r} is not one of {list(POSE_UPDATES)} "
-                         f"(or null: as each policy's data was recorded)")
+        raise ValueError(
+            f"evaluate.pose_update: {cfg.evaluate.pose_update!r} is not one of {list(POSE_UPDATES)} "
+            f"(or null: as each policy's data was recorded)"
+        )
     if cfg.observation == "pose_estimate":
         from embodied_gym.perception.configuration import PoseEstimatorConfig
 
@@ -219,8 +234,12 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
             try:
                 PoseEstimatorConfig(task=t)
             except (ValueError, KeyError) as e:
-                raise ValueError(f"observation: pose_estimate has no pose estimator for task {t} ({e}); use "
-                                 f"observation: images for it") from None
+                raise ValueError(
+                    f"observation: pose_estimate has no pose estimator for task {t} ({e}); use "
+                    f"observation: images for it"
+                ) from None
     if cfg.robot_config and not Path(cfg.robot_config).is_file():
-        raise FileNotFoundError(f"robot_config {cfg.robot_config}: no such file (give a robot config YAML, such "
-                                f"as the ones in embodied_gym/robots/)")
+        raise FileNotFoundError(
+            f"robot_config {cfg.robot_config}: no such file (give a robot config YAML, such "
+            f"as the ones in embodied_gym/robots/)"
+        )

@@ -17,8 +17,12 @@ from embodied_gym.sim.tasks import TASKS
 # EmbodieDreamer (single view), from each task's module (Task.paper_success); shown next to our
 # stand-in figures, never mixed with them.
 PAPER = {name: cls.paper_success for name, cls in TASKS.items() if cls.paper_success is not None}
-LABELS = {"expert": "scripted expert", "act_real": "ACT, stand-in demos", "act_aligned": "ACT, aligned sim",
-          "tpo": "ACT, aligned sim + TPO"}
+LABELS = {
+    "expert": "scripted expert",
+    "act_real": "ACT, stand-in demos",
+    "act_aligned": "ACT, aligned sim",
+    "tpo": "ACT, aligned sim + TPO",
+}
 
 
 def _label(name: str, entry: dict) -> str:
@@ -66,8 +70,11 @@ def success_chart(task: str, evaluation: dict) -> str:
         before, after = PAPER[task]
         ax.axhline(before, color="tab:red", ls="--", lw=1, label=f"paper, real robot: real-data ACT {before} %")
         ax.axhline(after, color="tab:green", ls="--", lw=1, label=f"paper, real robot: after RL {after} %")
-    ax.set_xticks(list(x), [textwrap.fill(_label(n, evaluation[n]), 18) + f"\n(n={evaluation[n]['episodes']})"
-                            for n in names], fontsize=8)
+    ax.set_xticks(
+        list(x),
+        [textwrap.fill(_label(n, evaluation[n]), 18) + f"\n(n={evaluation[n]['episodes']})" for n in names],
+        fontsize=8,
+    )
     ax.set(ylim=(0, 112), ylabel="task success (%)", title=f"{task}: success on the stand-in robot")
     # below the axes: inside, it would cover the bars (the expert's is near 100 %)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
@@ -79,13 +86,19 @@ def _calibration_table(result_path: str) -> str:
     r = json.loads(Path(result_path).read_text())
     b, a = r["held_out_errors"]["before"], r["held_out_errors"]["after"]
     rows = [("nominal", b), (f"calibrated ({r['method']})", a)]
-    out = ["<table><tr><th>held-out replay (stand-in)</th><th>TCP translation (cm)</th><th>rotation (rad)</th>"
-           "<th>joint RMSE (rad)</th></tr>"]
+    out = [
+        "<table><tr><th>held-out replay (stand-in)</th><th>TCP translation (cm)</th><th>rotation (rad)</th>"
+        "<th>joint RMSE (rad)</th></tr>"
+    ]
     for name, e in rows:
-        out.append(f"<tr><td>{name}</td><td>{e['translation_error_m'] * 100:.2f}</td>"
-                   f"<td>{e['rotation_error_rad']:.4f}</td><td>{e['joint_rmse_rad']:.4f}</td></tr>")
-    out.append("</table><details><summary>calibrated parameters</summary><table><tr><th>parameter</th>"
-               "<th>nominal</th><th>calibrated</th><th>bounds</th></tr>")
+        out.append(
+            f"<tr><td>{name}</td><td>{e['translation_error_m'] * 100:.2f}</td>"
+            f"<td>{e['rotation_error_rad']:.4f}</td><td>{e['joint_rmse_rad']:.4f}</td></tr>"
+        )
+    out.append(
+        "</table><details><summary>calibrated parameters</summary><table><tr><th>parameter</th>"
+        "<th>nominal</th><th>calibrated</th><th>bounds</th></tr>"
+    )
     for n, v in r["calibrated"].items():
         lo, hi = r["bounds"][n]
         out.append(f"<tr><td>{n}</td><td>{r['nominal'][n]:.4g}</td><td>{v:.4g}</td><td>[{lo:.4g}, {hi:.4g}]</td></tr>")
@@ -111,25 +124,32 @@ def _tpo_choice(tpo: dict, config: dict) -> str:
     if chosen is None or not rates:
         return ""
     listed = ", ".join(f"{'the aligned-sim policy' if i == 0 else f'iteration {i}'} {r:.0%}" for i, r in rates.items())
-    which = ("the aligned-sim policy itself (no TPO iteration did better there)" if chosen == 0
-             else f"TPO iteration {chosen}")
-    return (f"<p>TPO returned {which}: greedy success in the calibrated sim, the choice's measure, {listed} "
-            f"({html.escape(str(rule))} of them; ties go to the earlier).</p>")
+    which = (
+        "the aligned-sim policy itself (no TPO iteration did better there)"
+        if chosen == 0
+        else f"TPO iteration {chosen}"
+    )
+    return (
+        f"<p>TPO returned {which}: greedy success in the calibrated sim, the choice's measure, {listed} "
+        f"({html.escape(str(rule))} of them; ties go to the earlier).</p>"
+    )
 
 
 def write_report(summary: dict, path: str | os.PathLike) -> Path:
     path = Path(path)
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>embodied-gym demo</title><style>",
-             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
-             "h2{border-bottom:2px solid #ddd}.note{color:#a33}",
-             "</style></head><body>",
-             "<h1>embodied-gym demo: Real2Sim2Real on the stand-in robot</h1>",
-             "<p class='note'>Every figure here is measured against the <b>stand-in</b> robot (a second MuJoCo "
-             "world with hidden physics, latency, backlash, noise and its own camera look), never a real one. "
-             "The paper's real-robot numbers are shown for orientation only.</p>",
-             f"<p>Total wall time {summary['wall_time_s'] / 60:.1f} min. Settings: <code>"
-             f"{html.escape(json.dumps(summary['config']))}</code></p>"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>embodied-gym demo</title><style>",
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
+        "h2{border-bottom:2px solid #ddd}.note{color:#a33}",
+        "</style></head><body>",
+        "<h1>embodied-gym demo: Real2Sim2Real on the stand-in robot</h1>",
+        "<p class='note'>Every figure here is measured against the <b>stand-in</b> robot (a second MuJoCo "
+        "world with hidden physics, latency, backlash, noise and its own camera look), never a real one. "
+        "The paper's real-robot numbers are shown for orientation only.</p>",
+        f"<p>Total wall time {summary['wall_time_s'] / 60:.1f} min. Settings: <code>"
+        f"{html.escape(json.dumps(summary['config']))}</code></p>",
+    ]
     for task, t in summary["tasks"].items():
         st = t["stages"]
         parts.append(f"<h2>{task}</h2>")
@@ -137,23 +157,32 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
         if per.get("model"):
             parts.append("<h3>0. Perception: the pose estimator every policy reads</h3>")
             errs = per.get("val_errors") or {}
-            cells = "; ".join(f"{html.escape(o)}: {e.get('xy_cm', float('nan')):.2f} cm in xy"
-                              + (f", {e['z_cm']:.2f} cm in z" if "z_cm" in e else "")
-                              for o, e in errs.items() if isinstance(e, dict))
-            parts.append(f"<p>Trained in the sim on frames with domain-randomised looks (never the stand-in's); "
-                         f"held-out sim error: {cells or 'n/a'}. Policies read its estimate of the stand-in's "
-                         f"camera frames.</p>")
+            cells = "; ".join(
+                f"{html.escape(o)}: {e.get('xy_cm', float('nan')):.2f} cm in xy"
+                + (f", {e['z_cm']:.2f} cm in z" if "z_cm" in e else "")
+                for o, e in errs.items()
+                if isinstance(e, dict)
+            )
+            parts.append(
+                f"<p>Trained in the sim on frames with domain-randomised looks (never the stand-in's); "
+                f"held-out sim error: {cells or 'n/a'}. Policies read its estimate of the stand-in's "
+                f"camera frames.</p>"
+            )
             if per.get("loss_png") and Path(per["loss_png"]).exists():
                 parts.append(_img(per["loss_png"], 500))
         parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
         rec = st["record"]["outputs"]
-        parts.append(f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
-                     f"({rec['expert_success']:.0%} successful).</p>")
+        parts.append(
+            f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
+            f"({rec['expert_success']:.0%} successful).</p>"
+        )
         cal = st["calibrate"]["outputs"]
         parts.append(_calibration_table(cal["result"]))
         if Path(cal["paths_png"]).exists():
-            parts.append("<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
-                         "calibrated sim (green).</p>" + _img(cal["paths_png"], 900))
+            parts.append(
+                "<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
+                "calibrated sim (green).</p>" + _img(cal["paths_png"], 900)
+            )
         vis = st["visaligner"]["outputs"]
         if vis.get("skipped"):
             parts.append(f"<h3>3. VisAligner</h3><p>Skipped: {html.escape(vis['skipped'])}.</p>")
@@ -162,57 +191,80 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
             grid = _latest(vis["samples"], "*.png")
             mp4 = _latest(vis["samples"], "*.mp4")
             if grid is not None:
-                parts.append(f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
-                             f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>")
+                parts.append(
+                    f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
+                    f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>"
+                )
                 parts.append(_img(grid, 900))
             if mp4 is not None:
                 parts.append(_video(mp4, 600))
         gen = st["generate"]["outputs"]
-        parts.append(f"<p>Aligned-sim training data: {gen['episodes'] if 'episodes' in gen else ''} demonstrations in "
-                     f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
-                     f"{gen['sim_expert_success']:.0%}).</p>")
+        parts.append(
+            f"<p>Aligned-sim training data: {gen.get('episodes', '')} demonstrations in "
+            f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
+            f"{gen['sim_expert_success']:.0%}).</p>"
+        )
         off = st.get("perception_offset", {}).get("outputs", {})
         if off.get("model"):
             dx, dy = off["correction_cm"]
-            parts.append(f"<p>The estimator's bias on the stand-in's camera, measured on the {off['robot_episodes']} "
-                         f"recorded demonstrations (where the gripper held the cup, from the joint encoders, against "
-                         f"the sim's grasp offset): corrected by ({dx:+.2f}, {dy:+.2f}) cm in (x, y). The sim-trained "
-                         f"policies read the corrected estimate; ACT on the stand-in demos reads the estimate its "
-                         f"demonstrations were recorded with.</p>")
+            parts.append(
+                f"<p>The estimator's bias on the stand-in's camera, measured on the {off['robot_episodes']} "
+                f"recorded demonstrations (where the gripper held the cup, from the joint encoders, against "
+                f"the sim's grasp offset): corrected by ({dx:+.2f}, {dy:+.2f}) cm in (x, y). The sim-trained "
+                f"policies read the corrected estimate; ACT on the stand-in demos reads the estimate its "
+                f"demonstrations were recorded with.</p>"
+            )
         elif off.get("skipped"):
-            parts.append(f"<p>The estimator's bias on the stand-in's camera was not corrected: "
-                         f"{html.escape(off['skipped'])}.</p>")
+            parts.append(
+                f"<p>The estimator's bias on the stand-in's camera was not corrected: "
+                f"{html.escape(off['skipped'])}.</p>"
+            )
         parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
         parts.append(success_chart(task, t["evaluation"]))
-        parts.append("<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th>"
-                     "<th>reset-frame estimate off by (cm, mean)</th></tr>")
+        parts.append(
+            "<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th>"
+            "<th>reset-frame estimate off by (cm, mean)</th></tr>"
+        )
         for name, e in t["evaluation"].items():
             err = e.get("mean_reset_pose_error_cm")  # absent from evaluations cached before it existed
-            parts.append(f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
-                         f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td>"
-                         f"<td>{'-' if err is None else f'{err:.2f}'}</td></tr>")
+            parts.append(
+                f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
+                f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td>"
+                f"<td>{'-' if err is None else f'{err:.2f}'}</td></tr>"
+            )
         parts.append("</table>")
-        parts.append("<p>The last column is how far the pose estimate each policy started from was from the stand-in's "
-                     "reported cup position (its motion-capture truth, read for this report only, never by a policy): "
-                     "the grasp tolerates about 1 cm, so a policy that fails where this is large failed on perception.</p>")
+        parts.append(
+            "<p>The last column is how far the pose estimate each policy started from was from the stand-in's "
+            "reported cup position (its motion-capture truth, read for this report only, never by a policy): "
+            "the grasp tolerates about 1 cm, so a policy that fails where this is large failed on perception.</p>"
+        )
         if t.get("paired"):
-            parts.append("<table><tr><th>paired comparison (same seeds)</th><th>success rates</th>"
-                         "<th>seeds only the first / only the second succeeded on</th><th>exact McNemar p</th></tr>")
+            parts.append(
+                "<table><tr><th>paired comparison (same seeds)</th><th>success rates</th>"
+                "<th>seeds only the first / only the second succeeded on</th><th>exact McNemar p</th></tr>"
+            )
             for c in t["paired"]:
-                parts.append(f"<tr><td>{LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])}</td>"
-                             f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
-                             f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>")
+                parts.append(
+                    f"<tr><td>{LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])}</td>"
+                    f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
+                    f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>"
+                )
             parts.append("</table>")
         parts.append(_tpo_choice(st.get("tpo", {}).get("outputs", {}), summary["config"]))
         videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
-        parts.append("<p>" + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>"
-                                      for n, v in videos if v is not None) + "</p>")
+        parts.append(
+            "<p>"
+            + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>" for n, v in videos if v is not None)
+            + "</p>"
+        )
         parts.append("<h3>Wall time per stage</h3><table><tr><th>stage</th><th>seconds</th><th></th></tr>")
         for name, s in st.items():
-            parts.append(f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
-                         f"<td>{'cached (from an earlier run)' if s['cached'] else ''}"
-                         f"{'in a background process, beside the stages after record' if s.get('background') else ''}"
-                         f"</td></tr>")
+            parts.append(
+                f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
+                f"<td>{'cached (from an earlier run)' if s['cached'] else ''}"
+                f"{'in a background process, beside the stages after record' if s.get('background') else ''}"
+                f"</td></tr>"
+            )
         parts.append("</table>")
     parts.append("</body></html>")
     write_text(path, "\n".join(parts))

@@ -13,12 +13,12 @@ import mujoco
 import numpy as np
 
 from embodied_gym.envs import spaces as sp
-from embodied_gym.sim import robot
 from embodied_gym.envs.base import AlohaEnv
+from embodied_gym.sim import robot
+from embodied_gym.sim.core import SimCore
 from embodied_gym.sim.kinematics import ArmKinematics
 from embodied_gym.sim.physics import PhysicsParams, resolve_physics
 from embodied_gym.sim.scene import SceneLook
-from embodied_gym.sim.core import SimCore
 from embodied_gym.sim.tasks import Task, make_task
 
 
@@ -76,10 +76,19 @@ class AlohaTaskEnv(AlohaEnv):
     is_simulated = True
     task_name: str = ""
 
-    def __init__(self, obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
-                 control_mode: str = "joint_pos", physics: PhysicsParams | str | os.PathLike | dict | None = None,
-                 render_mode: str | None = None, terminate_on_success: bool = True,
-                 task: Task | str | None = None, look: SceneLook | None = None, camera_fps: float | None = None):
+    def __init__(
+        self,
+        obs_type: str = "pixels_state",
+        cameras=("cam_high",),
+        image_size=(240, 320),
+        control_mode: str = "joint_pos",
+        physics: PhysicsParams | str | os.PathLike | dict | None = None,
+        render_mode: str | None = None,
+        terminate_on_success: bool = True,
+        task: Task | str | None = None,
+        look: SceneLook | None = None,
+        camera_fps: float | None = None,
+    ):
         task = make_task(task or self.task_name) if not isinstance(task, Task) else task
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
         self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
@@ -146,8 +155,13 @@ class AlohaTaskEnv(AlohaEnv):
 
         error = sim.physics_error(t_before)
         if error is not None:
-            info = {"is_success": False, "task": self.task.description, "physics_error": error,
-                    "action_clipped": clipped, "step": self._elapsed}
+            info = {
+                "is_success": False,
+                "task": self.task.description,
+                "physics_error": error,
+                "action_clipped": clipped,
+                "step": self._elapsed,
+            }
             return {k: v.copy() for k, v in self._last_obs.items()}, 0.0, False, True, info
 
         status = sim.evaluate()
@@ -195,16 +209,30 @@ class AlohaTaskEnv(AlohaEnv):
 # RemoteInBoxEnv and CupOnMatEnv are module attributes like any hand-written class.
 from embodied_gym.sim.tasks import TASKS  # noqa: E402  (the registry; tasks never import this module)
 
-ENV_DOC_SECTIONS = ("Description", "Action Space", "Observation Space", "Rewards", "Starting State", "Success",
-                    "Episode End", "Arguments")
+ENV_DOC_SECTIONS = (
+    "Description",
+    "Action Space",
+    "Observation Space",
+    "Rewards",
+    "Starting State",
+    "Success",
+    "Episode End",
+    "Arguments",
+)
 
 _SHARED_SECTIONS = {
-    "Action Space": ("14-D ``[left arm 6, left gripper, right arm 6, right gripper]``; its meaning follows "
-                     "``control_mode`` (``joint_pos``, ``joint_delta`` or ``ee_delta``), see :class:`AlohaTaskEnv`."),
-    "Observation Space": ("A flat ``Dict`` of ``joint_pos`` (14), ``joint_vel`` (14) and one ``(H, W, 3)`` uint8 "
-                          "image per camera, as ``obs_type`` asks; object poses are in ``info`` only."),
-    "Arguments": ("``gym.make(id, obs_type=..., cameras=..., image_size=..., control_mode=..., physics=..., "
-                  "render_mode=..., terminate_on_success=...)``, see :class:`AlohaTaskEnv`."),
+    "Action Space": (
+        "14-D ``[left arm 6, left gripper, right arm 6, right gripper]``; its meaning follows "
+        "``control_mode`` (``joint_pos``, ``joint_delta`` or ``ee_delta``), see :class:`AlohaTaskEnv`."
+    ),
+    "Observation Space": (
+        "A flat ``Dict`` of ``joint_pos`` (14), ``joint_vel`` (14) and one ``(H, W, 3)`` uint8 "
+        "image per camera, as ``obs_type`` asks; object poses are in ``info`` only."
+    ),
+    "Arguments": (
+        "``gym.make(id, obs_type=..., cameras=..., image_size=..., control_mode=..., physics=..., "
+        "render_mode=..., terminate_on_success=...)``, see :class:`AlohaTaskEnv`."
+    ),
 }
 
 
@@ -217,8 +245,11 @@ def _env_docstring(task) -> str:
 def _task_env_class(task_cls) -> type[AlohaTaskEnv]:
     task = task_cls()
     name = f"{task.name}Env"
-    return type(name, (AlohaTaskEnv,), {"task_name": task.name, "__doc__": _env_docstring(task),
-                                        "__module__": __name__, "__qualname__": name})
+    return type(
+        name,
+        (AlohaTaskEnv,),
+        {"task_name": task.name, "__doc__": _env_docstring(task), "__module__": __name__, "__qualname__": name},
+    )
 
 
 TASK_ENVS: dict[str, type[AlohaTaskEnv]] = {name: _task_env_class(cls) for name, cls in TASKS.items()}

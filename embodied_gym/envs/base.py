@@ -36,8 +36,9 @@ class AlohaEnv(gym.Env):
     #: True for envs backed by a simulator core (``env.unwrapped.sim``), False for robots.
     is_simulated: ClassVar[bool] = False
 
-    def _init_contract(self, task: Task, opts: sp.EnvOptions, terminate_on_success: bool,
-                       kinematics: ArmKinematics) -> None:
+    def _init_contract(
+        self, task: Task, opts: sp.EnvOptions, terminate_on_success: bool, kinematics: ArmKinematics
+    ) -> None:
         self.task = task
         self.obs_type, self.cameras, self.image_size = opts.obs_type, opts.cameras, opts.image_size
         self.control_mode, self.render_mode = opts.control_mode, opts.render_mode

@@ -79,8 +79,9 @@ class JointTargetController:
                 raise ValueError(f"action must be {form}, got {what} values (dtype {raw.dtype}): {action!r:.120}")
         a = raw.astype(np.float64, copy=False)
         if a.shape != (14,):
-            raise ValueError(f"action has shape {a.shape}, expected (14,) "
-                             f"([left arm 6, left gripper, right arm 6, right gripper])")
+            raise ValueError(
+                f"action has shape {a.shape}, expected (14,) ([left arm 6, left gripper, right arm 6, right gripper])"
+            )
         if not math.isfinite(a.sum()):
             names = [robot.JOINT_NAMES[i] for i in np.flatnonzero(~np.isfinite(a))]
             raise ValueError(f"action contains NaN or inf at {names}")
@@ -103,8 +104,10 @@ class JointTargetController:
         targets = self.targets.copy()
         q = targets[robot.ARM_INDICES]
         for arm in range(2):
-            d = a[arm * 7:(arm + 1) * 7]
-            self.ee_pos[arm] = np.clip(self.ee_pos[arm] + d[:3] * sp.MAX_EE_TRANSLATION, EE_WORKSPACE_LOW, EE_WORKSPACE_HIGH)
+            d = a[arm * 7 : (arm + 1) * 7]
+            self.ee_pos[arm] = np.clip(
+                self.ee_pos[arm] + d[:3] * sp.MAX_EE_TRANSLATION, EE_WORKSPACE_LOW, EE_WORKSPACE_HIGH
+            )
             self.ee_rot[arm] = axis_angle_matrix(d[3:6] * sp.MAX_EE_ROTATION) @ self.ee_rot[arm]
             q = self.kinematics.solve(q, arm, self.ee_pos[arm], self.ee_rot[arm], iterations=10)
             g = (d[6] + 1) / 2

@@ -21,6 +21,7 @@ import numpy as np
 from embodied_gym.envs import spaces as sp
 from embodied_gym.sim import robot
 from embodied_gym.sim.kinematics import ArmKinematics, rotation_error
+
 # Waypoint and grip_command are importable from here as before; each task's plan is in its task module.
 from embodied_gym.sim.tasks.planning import Waypoint, grip_command  # noqa: F401
 
@@ -42,7 +43,7 @@ def _slerp_rot(r0: np.ndarray, r1: np.ndarray, s: float) -> np.ndarray:
 class ScriptedExpert:
     """Waypoint-following expert for one env (see module docstring)."""
 
-    def __init__(self, env: gym.Env, integral_below: float | None | str = FROM_PLAN):
+    def __init__(self, env: gym.Env, integral_below: float | str | None = FROM_PLAN):
         self.env = env.unwrapped
         # FROM_PLAN: each plan's own ExpertPlan.integral_below; a number or None overrides it (an ablation).
         self.integral_below = integral_below
@@ -128,7 +129,7 @@ class ScriptedExpert:
         return np.clip(action, -1, 1)
 
 
-def make_expert(env: gym.Env, integral_below: float | None | str = FROM_PLAN) -> ScriptedExpert:
+def make_expert(env: gym.Env, integral_below: float | str | None = FROM_PLAN) -> ScriptedExpert:
     """The scripted expert for ``env``'s task: ``expert(obs, info) -> action``.
 
     ``integral_below`` overrides every plan's :attr:`~embodied_gym.sim.tasks.planning.ExpertPlan.integral_below`

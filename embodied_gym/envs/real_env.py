@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import cv2
 import numpy as np
 
 from embodied_gym.envs import spaces as sp
-from embodied_gym.sim import robot as layout
 from embodied_gym.envs.base import AlohaEnv
+from embodied_gym.sim import robot as layout
 from embodied_gym.sim.kinematics import ArmKinematics
 from embodied_gym.sim.physics import resolve_physics
 from embodied_gym.sim.scene import CONTROL_DT, compile_scene
@@ -69,13 +70,26 @@ class AlohaRealEnv(AlohaEnv):
 
     is_simulated = False
 
-    def __init__(self, task: str = "PickCup", robot=None, robot_config: str | os.PathLike | None = None,
-                 obs_type: str = "pixels_state", cameras=("cam_high",), image_size=(240, 320),
-                 control_mode: str = "joint_pos", physics=None, render_mode: str | None = None,
-                 terminate_on_success: bool = True, joint_map: dict[str, str] | None = None,
-                 camera_map: dict[str, str] | None = None, max_relative_target=DEFAULT_MAX_RELATIVE_TARGET,
-                 realtime: bool = True, success_fn: Callable[[dict, dict], bool] | None = None,
-                 reset_fn: Callable[[Any, int | None], None] | None = None, camera_fps: float | None = None):
+    def __init__(
+        self,
+        task: str = "PickCup",
+        robot=None,
+        robot_config: str | os.PathLike | None = None,
+        obs_type: str = "pixels_state",
+        cameras=("cam_high",),
+        image_size=(240, 320),
+        control_mode: str = "joint_pos",
+        physics=None,
+        render_mode: str | None = None,
+        terminate_on_success: bool = True,
+        joint_map: dict[str, str] | None = None,
+        camera_map: dict[str, str] | None = None,
+        max_relative_target=DEFAULT_MAX_RELATIVE_TARGET,
+        realtime: bool = True,
+        success_fn: Callable[[dict, dict], bool] | None = None,
+        reset_fn: Callable[[Any, int | None], None] | None = None,
+        camera_fps: float | None = None,
+    ):
         task = make_task(task)
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
         self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
@@ -130,17 +144,24 @@ class AlohaRealEnv(AlohaEnv):
 
         # Only cameras the env shows (observation or render) are rendered by the stand-in.
         cams = self.cameras if (self.obs_type != "state" or self.render_mode) else ()
-        return StandInRobot(StandInRobotConfig(task=self.task.name, config_path=str(robot_config) if robot_config else None,
-                                               camera_names=cams, image_size=self.image_size,
-                                               camera_fps=self.camera_fps))
+        return StandInRobot(
+            StandInRobotConfig(
+                task=self.task.name,
+                config_path=str(robot_config) if robot_config else None,
+                camera_names=cams,
+                image_size=self.image_size,
+                camera_fps=self.camera_fps,
+            )
+        )
 
     def _call(self, what: str, fn, *args):
         try:
             return fn(*args)
         except Exception as e:
             self._safe_disconnect()
-            raise RobotError(f"robot {self.robot} failed during {what}: {type(e).__name__}: {e}; "
-                             f"it has been disconnected") from e
+            raise RobotError(
+                f"robot {self.robot} failed during {what}: {type(e).__name__}: {e}; it has been disconnected"
+            ) from e
 
     def _safe_disconnect(self) -> None:
         try:
@@ -156,8 +177,9 @@ class AlohaRealEnv(AlohaEnv):
         missing_obs = sorted(want - set(obs_f))
         missing_act = sorted(want - set(act_f))
         extra_act = sorted(k for k in act_f if k not in want)
-        missing_cams = sorted(self.camera_map[c] for c in self.cameras if self.obs_type != "state"
-                              and self.camera_map[c] not in obs_f)
+        missing_cams = sorted(
+            self.camera_map[c] for c in self.cameras if self.obs_type != "state" and self.camera_map[c] not in obs_f
+        )
         if missing_obs:
             problems.append(f"observation lacks {missing_obs}")
         if missing_act:
@@ -167,9 +189,13 @@ class AlohaRealEnv(AlohaEnv):
         if missing_cams:
             problems.append(f"cameras missing: {missing_cams}")
         if problems:
-            raise ValueError(f"robot {self.robot} does not match the env's joint layout: " + "; ".join(problems)
-                             + ". Map names with joint_map= / camera_map= (our joints: "
-                             + ", ".join(layout.JOINT_NAMES) + ")")
+            raise ValueError(
+                f"robot {self.robot} does not match the env's joint layout: "
+                + "; ".join(problems)
+                + ". Map names with joint_map= / camera_map= (our joints: "
+                + ", ".join(layout.JOINT_NAMES)
+                + ")"
+            )
         self._has_vel = all(f"{m}.vel" in obs_f for m in self.joint_map.values())
         self._checked = True
 
@@ -277,8 +303,12 @@ class AlohaRealEnv(AlohaEnv):
         self._overruns += overran
         obs, _ = self._read()
         self._elapsed += 1
-        info = {"task": self.task.description, "step": self._elapsed, "action_clipped": clipped,
-                "overruns": self._overruns}
+        info = {
+            "task": self.task.description,
+            "step": self._elapsed,
+            "action_clipped": clipped,
+            "overruns": self._overruns,
+        }
         success, reward = self._status(obs, info)
         info["is_success"] = success
         terminated = bool(success and self.terminate_on_success)

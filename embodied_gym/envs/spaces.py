@@ -7,8 +7,8 @@ contract on the other.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -45,8 +45,10 @@ def normalise_cameras(cameras) -> tuple[str, ...]:
     if isinstance(cameras, str):
         cameras = (cameras,)
     if not isinstance(cameras, (list, tuple, np.ndarray)):
-        raise ValueError(f"cameras must be a camera name or a list of them (valid: {list(CAMERAS)}), "
-                         f"got {cameras!r} ({type(cameras).__name__})")
+        raise ValueError(
+            f"cameras must be a camera name or a list of them (valid: {list(CAMERAS)}), "
+            f"got {cameras!r} ({type(cameras).__name__})"
+        )
     cameras = tuple(str(c) if isinstance(c, np.str_) else c for c in cameras)
     for c in cameras:
         check_choice("camera", c, CAMERAS)
@@ -88,7 +90,7 @@ class EnvOptions:
     render_mode: str | None
 
     @classmethod
-    def validate(cls, obs_type, cameras, image_size, control_mode, render_mode) -> "EnvOptions":
+    def validate(cls, obs_type, cameras, image_size, control_mode, render_mode) -> EnvOptions:
         check_choice("obs_type", obs_type, OBS_TYPES)
         check_choice("control_mode", control_mode, CONTROL_MODES)
         if render_mode is not None:
@@ -115,8 +117,10 @@ def camera_period(camera_fps: float | None) -> int:
         raise ValueError(f"camera_fps must be in (0, {control_hz:g}] Hz (the control rate), got {camera_fps!r}")
     period = control_hz / float(camera_fps)
     if abs(period - round(period)) > 1e-6:
-        raise ValueError(f"camera_fps={camera_fps:g} does not divide the {control_hz:g} Hz control rate into whole "
-                         f"steps; use {control_hz:g}/k Hz, e.g. 25, 10 or 5")
+        raise ValueError(
+            f"camera_fps={camera_fps:g} does not divide the {control_hz:g} Hz control rate into whole "
+            f"steps; use {control_hz:g}/k Hz, e.g. 25, 10 or 5"
+        )
     return int(round(period))
 
 
@@ -126,8 +130,11 @@ def observation_space(obs_type: str, cameras: Sequence[str], image_size: tuple[i
     check_choice("obs_type", obs_type, OBS_TYPES)
     parts: dict[str, spaces.Space] = {}
     if obs_type in ("state", "pixels_state"):
-        parts["joint_pos"] = spaces.Box((robot.JOINT_LOW - _POS_MARGIN).astype(np.float32),
-                                        (robot.JOINT_HIGH + _POS_MARGIN).astype(np.float32), dtype=np.float32)
+        parts["joint_pos"] = spaces.Box(
+            (robot.JOINT_LOW - _POS_MARGIN).astype(np.float32),
+            (robot.JOINT_HIGH + _POS_MARGIN).astype(np.float32),
+            dtype=np.float32,
+        )
         parts["joint_vel"] = spaces.Box(-MAX_JOINT_SPEED, MAX_JOINT_SPEED, (14,), dtype=np.float32)
     if obs_type in ("pixels", "pixels_state"):
         if not cameras:

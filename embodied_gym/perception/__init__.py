@@ -22,16 +22,42 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
 """
 
 from embodied_gym.perception.configuration import PoseEstimatorConfig
-from embodied_gym.perception.data import (Frames, PoseFramesConfig, estimator_config_of_frames, generate_frames,
-                                          generate_visaligner_frames, load_frames, make_frames, per_frame,
-                                          randomized_look, write_episode)
+from embodied_gym.perception.data import (
+    Frames,
+    PoseFramesConfig,
+    estimator_config_of_frames,
+    generate_frames,
+    generate_visaligner_frames,
+    load_frames,
+    make_frames,
+    per_frame,
+    randomized_look,
+    write_episode,
+)
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
 from embodied_gym.perception.robot_offset import corrected_estimator, fit_estimator_offset
 from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
 from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper
 
-__all__ = ["PoseEstimatorConfig", "PoseEstimator", "generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame",
-           "randomized_look", "PoseFramesConfig", "make_frames", "estimator_config_of_frames",
-           "Frames", "PoseTrainConfig", "train_pose_estimator", "pose_errors", "PoseEstimateWrapper",
-           "GroundTruthPoseWrapper", "fit_estimator_offset", "corrected_estimator"]
+__all__ = [
+    "Frames",
+    "GroundTruthPoseWrapper",
+    "PoseEstimateWrapper",
+    "PoseEstimator",
+    "PoseEstimatorConfig",
+    "PoseFramesConfig",
+    "PoseTrainConfig",
+    "corrected_estimator",
+    "estimator_config_of_frames",
+    "fit_estimator_offset",
+    "generate_frames",
+    "generate_visaligner_frames",
+    "load_frames",
+    "make_frames",
+    "per_frame",
+    "pose_errors",
+    "randomized_look",
+    "train_pose_estimator",
+    "write_episode",
+]

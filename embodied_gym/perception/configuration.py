@@ -97,13 +97,17 @@ class PoseEstimatorConfig:
         self.crop = tuple(float(v) for v in self.crop)
         top, left, bottom, right = self.crop if len(self.crop) == 4 else (None,) * 4
         if top is None or not (0 <= top < bottom <= 1 and 0 <= left < right <= 1):
-            raise ValueError(f"PoseEstimatorConfig.crop must be (top, left, bottom, right) fractions with "
-                             f"0 <= top < bottom <= 1 and 0 <= left < right <= 1, got {self.crop}")
+            raise ValueError(
+                f"PoseEstimatorConfig.crop must be (top, left, bottom, right) fractions with "
+                f"0 <= top < bottom <= 1 and 0 <= left < right <= 1, got {self.crop}"
+            )
         self.objects = tuple(self.objects) or task.object_names
         unknown = [o for o in self.objects if o not in task.ranges]
         if unknown:
-            raise ValueError(f"PoseEstimatorConfig.objects {unknown} are not objects of {self.task}; "
-                             f"valid: {list(task.object_names)}")
+            raise ValueError(
+                f"PoseEstimatorConfig.objects {unknown} are not objects of {self.task}; "
+                f"valid: {list(task.object_names)}"
+            )
         sym = {o: YAW_SYMMETRY.get(o, 1 if task.ranges[o].yaw != (0.0, 0.0) else 0) for o in self.objects}
         sym.update({k: int(v) for k, v in dict(self.yaw_symmetry).items()})
         self.yaw_symmetry = {o: sym[o] for o in self.objects}
@@ -126,12 +130,16 @@ class PoseEstimatorConfig:
         self.centre = tuple(float(v) for v in self.centre)
         self.scale = tuple(float(v) for v in self.scale)
         if len(self.centre) != self.output_dim or len(self.scale) != self.output_dim:
-            raise ValueError(f"PoseEstimatorConfig.centre/scale need {self.output_dim} values "
-                             f"({self.output_names}), got {len(self.centre)}/{len(self.scale)}")
+            raise ValueError(
+                f"PoseEstimatorConfig.centre/scale need {self.output_dim} values "
+                f"({self.output_names}), got {len(self.centre)}/{len(self.scale)}"
+            )
         self.correction = tuple(float(v) for v in self.correction)
         if self.correction and len(self.correction) != self.output_dim:
-            raise ValueError(f"PoseEstimatorConfig.correction needs {self.output_dim} values ({self.output_names}) "
-                             f"or none, got {len(self.correction)}")
+            raise ValueError(
+                f"PoseEstimatorConfig.correction needs {self.output_dim} values ({self.output_names}) "
+                f"or none, got {len(self.correction)}"
+            )
 
     # ------------------------------------------------------------------ outputs
     @property
@@ -193,14 +201,18 @@ class PoseEstimatorConfig:
         h, w = int(frame_shape[0]), int(frame_shape[1])
         fh, fw = self.frame_size
         if abs(h / w - fh / fw) > 0.02 * fh / fw:
-            raise ValueError(f"camera frame {h}x{w} has another aspect ratio than the estimator's frames "
-                             f"{fh}x{fw}: make the env with image_size=({fh}, {fw})")
+            raise ValueError(
+                f"camera frame {h}x{w} has another aspect ratio than the estimator's frames "
+                f"{fh}x{fw}: make the env with image_size=({fh}, {fw})"
+            )
         box = crop_box((h, w), self.crop)
         ih, iw = self.input_size
         if box[2] - box[0] < ih * 0.98 or box[3] - box[1] < iw * 0.98:
-            raise ValueError(f"camera frame {h}x{w} is too small for this estimator: its crop would be "
-                             f"{box[2] - box[0]}x{box[3] - box[1]} px, less than the input {ih}x{iw} (the task "
-                             f"objects would be under 8 px across); make the env with image_size=({fh}, {fw})")
+            raise ValueError(
+                f"camera frame {h}x{w} is too small for this estimator: its crop would be "
+                f"{box[2] - box[0]}x{box[3] - box[1]} px, less than the input {ih}x{iw} (the task "
+                f"objects would be under 8 px across); make the env with image_size=({fh}, {fw})"
+            )
         return box
 
     def preprocess(self, frame: np.ndarray) -> np.ndarray:
@@ -223,8 +235,10 @@ class PoseEstimatorConfig:
         h, w = crop.shape[:2]
         ih, iw = self.input_size
         if abs(h / w - want) > 0.03 * want or h < ih * 0.98 or w < iw * 0.98:
-            raise ValueError(f"crop image {h}x{w} does not fit the estimator: it needs the crop's aspect ratio "
-                             f"{want:.3f} (height/width) and at least {ih}x{iw} px")
+            raise ValueError(
+                f"crop image {h}x{w} does not fit the estimator: it needs the crop's aspect ratio "
+                f"{want:.3f} (height/width) and at least {ih}x{iw} px"
+            )
         return self._resize(crop)
 
     def _resize(self, crop: np.ndarray) -> np.ndarray:
@@ -235,8 +249,14 @@ class PoseEstimatorConfig:
 
     def input_fields(self) -> dict:
         """The fields that decide what a training frame looks like (data and model must agree)."""
-        return {"task": self.task, "camera": self.camera, "frame_size": list(self.frame_size),
-                "crop": list(self.crop), "input_size": list(self.input_size), "objects": list(self.objects)}
+        return {
+            "task": self.task,
+            "camera": self.camera,
+            "frame_size": list(self.frame_size),
+            "crop": list(self.crop),
+            "input_size": list(self.input_size),
+            "objects": list(self.objects),
+        }
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
@@ -244,7 +264,7 @@ class PoseEstimatorConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
-    def from_dict(cls, d: dict, where: str = "config") -> "PoseEstimatorConfig":
+    def from_dict(cls, d: dict, where: str = "config") -> PoseEstimatorConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -253,7 +273,7 @@ class PoseEstimatorConfig:
         return cls(**kw)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "PoseEstimatorConfig":
+    def from_json(cls, path: str | Path) -> PoseEstimatorConfig:
         path = Path(path)
         try:
             d = json.loads(path.read_text())
@@ -280,4 +300,4 @@ def _pair(name: str, v) -> tuple[int, int]:
     return h, w
 
 
-__all__ = ["PoseEstimatorConfig", "CONFIG_NAME", "WEIGHTS_NAME", "YAW_SYMMETRY", "yaw_error_deg"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "YAW_SYMMETRY", "PoseEstimatorConfig", "yaw_error_deg"]

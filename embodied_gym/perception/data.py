@@ -39,8 +39,8 @@ import numpy as np
 
 from embodied_gym.atomic import atomic_path, write_json
 from embodied_gym.configs import setting
-from embodied_gym.sim.scene import SceneLook
 from embodied_gym.perception.configuration import PoseEstimatorConfig
+from embodied_gym.sim.scene import SceneLook
 
 MANIFEST = "frames.json"
 FrameTransform = Callable[[np.ndarray], np.ndarray]
@@ -71,15 +71,22 @@ def randomized_look(seed: int) -> SceneLook:
     rng = np.random.default_rng([int(seed), 7351])
     plain = rng.random() < 0.3
     table_rgba = (*rng.uniform(0.2, 0.8, 3), 1.0)
-    cams = {c: (tuple(rng.uniform(-0.015, 0.015, 3)), tuple(rng.uniform(-0.015, 0.015, 3)))
-            for c in ("cam_high", "cam_front")}
+    cams = {
+        c: (tuple(rng.uniform(-0.015, 0.015, 3)), tuple(rng.uniform(-0.015, 0.015, 3)))
+        for c in ("cam_high", "cam_front")
+    }
     base = rng.uniform(0.55, 1.0)
-    return SceneLook(shadows=bool(rng.random() < 0.5), offsamples=int(rng.choice([0, 4])),
-                     light_diffuse=tuple(np.clip(base * rng.uniform(0.8, 1.1, 3), 0, 1)),
-                     ambient=tuple(np.full(3, rng.uniform(0.2, 0.45)) * rng.uniform(0.9, 1.1, 3)),
-                     table_rgba=table_rgba, floor_rgba=(*rng.uniform(0.1, 0.5, 3), 1.0),
-                     table_texture=None if plain else _noise_texture(rng),
-                     backdrop_texture=_noise_texture(rng) if rng.random() < 0.6 else None, camera_offsets=cams)
+    return SceneLook(
+        shadows=bool(rng.random() < 0.5),
+        offsamples=int(rng.choice([0, 4])),
+        light_diffuse=tuple(np.clip(base * rng.uniform(0.8, 1.1, 3), 0, 1)),
+        ambient=tuple(np.full(3, rng.uniform(0.2, 0.45)) * rng.uniform(0.9, 1.1, 3)),
+        table_rgba=table_rgba,
+        floor_rgba=(*rng.uniform(0.1, 0.5, 3), 1.0),
+        table_texture=None if plain else _noise_texture(rng),
+        backdrop_texture=_noise_texture(rng) if rng.random() < 0.6 else None,
+        camera_offsets=cams,
+    )
 
 
 def per_frame(fn: Callable[[np.ndarray], np.ndarray]) -> FrameTransform:
@@ -105,13 +112,22 @@ def _check_manifest(out: Path, want: dict) -> None:
     have = json.loads(path.read_text())
     diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
     if diff:
-        raise ValueError(f"{path} was written for other frames ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
-                         f"use another output folder or delete {out}")
+        raise ValueError(
+            f"{path} was written for other frames ({', '.join(f'{k}: {a!r} there, {b!r} now' for k, (a, b) in diff.items())}); "
+            f"use another output folder or delete {out}"
+        )
 
 
-def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int, frames: Sequence[np.ndarray],
-                  poses: np.ndarray, steps: Sequence[int] | None = None, source: str = "external",
-                  cropped: bool = False) -> Path:
+def write_episode(
+    out: str | os.PathLike,
+    config: PoseEstimatorConfig,
+    seed: int,
+    frames: Sequence[np.ndarray],
+    poses: np.ndarray,
+    steps: Sequence[int] | None = None,
+    source: str = "external",
+    cropped: bool = False,
+) -> Path:
     """Store one episode of full camera ``frames`` (T of (H, W, 3) uint8) with their object ``poses``
     (T, len(config.objects), 7) in the frame folder ``out``; returns the episode file.
 
@@ -124,8 +140,10 @@ def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int
     out = Path(out)
     poses = np.asarray(poses, dtype=np.float64)
     if len(frames) != len(poses) or poses.ndim != 3 or poses.shape[1:] != (len(config.objects), 7):
-        raise ValueError(f"write_episode needs one pose row (n_objects={len(config.objects)}, 7) per frame; "
-                         f"got {len(frames)} frames and poses of shape {poses.shape}")
+        raise ValueError(
+            f"write_episode needs one pose row (n_objects={len(config.objects)}, 7) per frame; "
+            f"got {len(frames)} frames and poses of shape {poses.shape}"
+        )
     _check_manifest(out, {**config.input_fields(), "source": source})
     prep = config.preprocess_crop if cropped else config.preprocess
     inputs = np.stack([prep(f) for f in frames]) if len(frames) else np.zeros((0, *config.input_size, 3), np.uint8)
@@ -139,8 +157,10 @@ def write_episode(out: str | os.PathLike, config: PoseEstimatorConfig, seed: int
 def _poses_row(info: dict, objects) -> np.ndarray:
     poses = info.get("object_poses")
     if poses is None:
-        raise ValueError("the env's info has no 'object_poses': ground truth comes from the sim env or from a "
-                         "robot that reports it (the stand-in's task_status)")
+        raise ValueError(
+            "the env's info has no 'object_poses': ground truth comes from the sim env or from a "
+            "robot that reports it (the stand-in's task_status)"
+        )
     return np.stack([np.asarray(poses[o], dtype=np.float64) for o in objects])
 
 
@@ -162,10 +182,19 @@ def _expert_episode(env, expert, seed: int, stride: int, capture: Callable, obje
             return captures, poses, steps
 
 
-def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int], env_id: str | None = None,
-                    frame_stride: int = 4, transform: FrameTransform | None = None, env_kwargs: dict | None = None,
-                    look: Callable[[int], SceneLook] | None = None, layouts_per_episode: int = 0,
-                    progress: bool = True, workers: int = 1) -> list[Path]:
+def generate_frames(
+    out: str | os.PathLike,
+    config: PoseEstimatorConfig,
+    seeds: Sequence[int],
+    env_id: str | None = None,
+    frame_stride: int = 4,
+    transform: FrameTransform | None = None,
+    env_kwargs: dict | None = None,
+    look: Callable[[int], SceneLook] | None = None,
+    layouts_per_episode: int = 0,
+    progress: bool = True,
+    workers: int = 1,
+) -> list[Path]:
     """Run the scripted expert for one episode per seed and store every ``frame_stride``-th frame.
 
     Args:
@@ -215,8 +244,14 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     if not todo:
         return written
     if min(workers, len(todo)) > 1:
-        job = dict(env_id=env_id, frame_stride=frame_stride, transform=transform, env_kwargs=env_kwargs, look=look,
-                   layouts_per_episode=layouts_per_episode)
+        job = dict(
+            env_id=env_id,
+            frame_stride=frame_stride,
+            transform=transform,
+            env_kwargs=env_kwargs,
+            look=look,
+            layouts_per_episode=layouts_per_episode,
+        )
         return written + _frames_in_workers(out, config, todo, job, min(workers, len(todo)), progress)
     kwargs = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
     # A sim env renders only the kept frames; a robot's frames come through its observation.
@@ -235,15 +270,20 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
                 if task != config.task:
                     raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
                 expert = make_expert(env)
-            capture = (lambda obs: obs[config.camera]) if real else \
-                (lambda obs: env.unwrapped.render_camera(config.camera, config.frame_size))
+            capture = (
+                (lambda obs: obs[config.camera])
+                if real
+                else (lambda obs, env=env: env.unwrapped.render_camera(config.camera, config.frame_size))
+            )
             frames, poses, steps = _expert_episode(env, expert, int(seed), frame_stride, capture, config.objects)
             frames = _transformed(transform, np.stack(frames), source)
             extra = []
             for k in range(layouts_per_episode):
                 layout_seed = int(np.random.default_rng([int(seed), k, 4242]).integers(2**31 - 1))
                 obs, info = env.reset(seed=layout_seed)
-                extra.append(obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size))
+                extra.append(
+                    obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size)
+                )
                 poses.append(_poses_row(info, config.objects))
                 steps.append(-1)
             if extra:
@@ -255,11 +295,19 @@ def generate_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: 
     return written
 
 
-def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConfig, seeds: Sequence[int],
-                               model: str | os.PathLike, reference: np.ndarray | str | os.PathLike,
-                               env_id: str | None = None, env_kwargs: dict | None = None,
-                               num_inference_steps: int | None = None, batch_episodes: int = 8,
-                               device: str = "cpu", progress: bool = True) -> list[Path]:
+def generate_visaligner_frames(
+    out: str | os.PathLike,
+    config: PoseEstimatorConfig,
+    seeds: Sequence[int],
+    model: str | os.PathLike,
+    reference: np.ndarray | str | os.PathLike,
+    env_id: str | None = None,
+    env_kwargs: dict | None = None,
+    num_inference_steps: int | None = None,
+    batch_episodes: int = 8,
+    device: str = "cpu",
+    progress: bool = True,
+) -> list[Path]:
     """Frames of scripted-expert episodes in a sim env as VisAligner shows them: the training data of
     a pose estimator for the real camera (arXiv 2507.05198, section 3.2: the aligned simulator's frames).
 
@@ -306,8 +354,10 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
     pipe = VisAlignerPipeline.from_pretrained(model).to(device)
     crop = pipe.config.crop
     if crop is not None and tuple(crop) != tuple(config.crop):
-        raise ValueError(f"VisAligner model {model} was trained on the crop {tuple(crop)} but the estimator crops "
-                         f"{tuple(config.crop)}: train VisAligner with --crop {' '.join(map(str, config.crop))}")
+        raise ValueError(
+            f"VisAligner model {model} was trained on the crop {tuple(crop)} but the estimator crops "
+            f"{tuple(config.crop)}: train VisAligner with --crop {' '.join(map(str, config.crop))}"
+        )
     stride = pipe.config.frame_stride
     if isinstance(reference, (str, os.PathLike)):
         reference = load_image(reference, config.frame_size)
@@ -333,7 +383,7 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
     bar = tqdm(total=len(todo), desc="visaligner frames", unit="ep", disable=not progress)
     try:
         for g0 in range(0, len(todo), batch_episodes):
-            group = todo[g0:g0 + batch_episodes]
+            group = todo[g0 : g0 + batch_episodes]
             sims, masks, poses, steps = [], [], [], []
             for seed in group:
                 views, pose, step = _expert_episode(env, expert, seed, stride, lambda obs: camera(), config.objects)
@@ -347,8 +397,11 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
             gens = [torch.Generator(pipe.device).manual_seed(s) for s in group]
             videos = pipe.generate_videos([ref] * len(group), sims, masks, num_inference_steps, gens)
             for seed, video, pose, step in zip(group, videos, poses, steps):
-                written.append(write_episode(out, config, seed, list(video[1:]), pose, step, source=source,
-                                             cropped=crop is not None))
+                written.append(
+                    write_episode(
+                        out, config, seed, list(video[1:]), pose, step, source=source, cropped=crop is not None
+                    )
+                )
                 bar.update(1)
     finally:
         bar.close()
@@ -357,8 +410,9 @@ def generate_visaligner_frames(out: str | os.PathLike, config: PoseEstimatorConf
     return written
 
 
-def _frames_in_workers(out: Path, config: PoseEstimatorConfig, seeds: list, job: dict, workers: int,
-                       progress: bool) -> list[Path]:
+def _frames_in_workers(
+    out: Path, config: PoseEstimatorConfig, seeds: list, job: dict, workers: int, progress: bool
+) -> list[Path]:
     """:func:`generate_frames` (with ``job``'s keyword arguments) for ``seeds``, one seed per task across
     ``workers`` processes."""
     import pickle
@@ -372,11 +426,17 @@ def _frames_in_workers(out: Path, config: PoseEstimatorConfig, seeds: list, job:
         try:
             pickle.dumps(job[name])
         except Exception as e:
-            raise ValueError(f"generate_frames(workers > 1): {name}={job[name]!r} cannot be sent to a worker process "
-                             f"({type(e).__name__}: {e}); give a module-level function, or workers=1") from None
+            raise ValueError(
+                f"generate_frames(workers > 1): {name}={job[name]!r} cannot be sent to a worker process "
+                f"({type(e).__name__}: {e}); give a module-level function, or workers=1"
+            ) from None
     written: dict[int, Path] = {}
-    with (tqdm(total=len(seeds), desc=f"frames {job['env_id']} ({workers} workers)", disable=not progress,
-               unit="ep") as bar, WorkerPool(workers, what="frame generation worker") as pool):
+    with (
+        tqdm(
+            total=len(seeds), desc=f"frames {job['env_id']} ({workers} workers)", disable=not progress, unit="ep"
+        ) as bar,
+        WorkerPool(workers, what="frame generation worker") as pool,
+    ):
         futures = {pool.submit(_frames_of_seed, out, config, int(seed), job): int(seed) for seed in seeds}
         for future in as_completed(futures):
             written[futures[future]] = pool.result(future)
@@ -419,14 +479,18 @@ def load_frames(folders: str | os.PathLike | Sequence[str | os.PathLike], config
         folder = Path(folder)
         manifest = folder / MANIFEST
         if not manifest.exists():
-            raise FileNotFoundError(f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
-                                    f"embodied_gym.perception.generate_frames")
+            raise FileNotFoundError(
+                f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
+                f"embodied_gym.perception.generate_frames"
+            )
         have = json.loads(manifest.read_text())
         want = config.input_fields()
         diff = [k for k, v in want.items() if have.get(k) != v]
         if diff:
-            raise ValueError(f"{manifest} differs from the estimator config in {diff} "
-                             f"({[(have.get(k), want[k]) for k in diff]}); generate frames with this config")
+            raise ValueError(
+                f"{manifest} differs from the estimator config in {diff} "
+                f"({[(have.get(k), want[k]) for k in diff]}); generate frames with this config"
+            )
         for path in sorted(folder.glob("episode_*.npz")):
             with np.load(path, allow_pickle=False) as z:
                 inputs.append(z["inputs"])
@@ -443,8 +507,10 @@ def estimator_config_of_frames(folder: str | os.PathLike) -> PoseEstimatorConfig
     crop, input size, objects, from its ``frames.json``), the model's other settings at their defaults."""
     manifest = Path(folder) / MANIFEST
     if not manifest.exists():
-        raise FileNotFoundError(f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
-                                f"`embodied-gym perception frames --out {folder}`")
+        raise FileNotFoundError(
+            f"{folder} is not a frame folder ({MANIFEST} is missing): make one with "
+            f"`embodied-gym perception frames --out {folder}`"
+        )
     have = json.loads(manifest.read_text())
     fields = PoseEstimatorConfig(task=have.get("task", PoseEstimatorConfig.task)).input_fields()
     return PoseEstimatorConfig(**{k: have[k] for k in fields if k in have})
@@ -461,42 +527,65 @@ class PoseFramesConfig:
     that runs on the real camera). The camera fields are those of the estimator to be trained.
     """
 
-    out: str | None = setting(None, required=True, metavar="DIR", help="the frame folder (resumes: episodes already there are kept)")
+    out: str | None = setting(
+        None, required=True, metavar="DIR", help="the frame folder (resumes: episodes already there are kept)"
+    )
     task: str = setting(PoseEstimatorConfig.task, help="the task (its scripted expert and objects)")
     episodes: int = setting(60, help="expert episodes, one per seed")
     seed: int = setting(0, help="seed of the first episode (its layout is drawn from it; the others follow)")
     look: Literal["raw", "randomized", "visaligner"] = setting(
-        "raw", help="raw: the sim's renders; randomized: a randomised scene look per episode; visaligner: the "
-                    "episodes as --visaligner-model shows them")
-    visaligner_model: str | None = setting(None, metavar="DIR", help="look visaligner: the VisAligner model folder (visaligner "
-                                                      "train's OUT/model)")
-    reference: str | None = setting(None, metavar="FILE", help="look visaligner: the real camera frame every episode starts from (an "
-                                               "image, or the dataset recorded on the robot: its first frame)")
+        "raw",
+        help="raw: the sim's renders; randomized: a randomised scene look per episode; visaligner: the "
+        "episodes as --visaligner-model shows them",
+    )
+    visaligner_model: str | None = setting(
+        None, metavar="DIR", help="look visaligner: the VisAligner model folder (visaligner train's OUT/model)"
+    )
+    reference: str | None = setting(
+        None,
+        metavar="FILE",
+        help="look visaligner: the real camera frame every episode starts from (an "
+        "image, or the dataset recorded on the robot: its first frame)",
+    )
     visaligner_steps: int | None = setting(None, help="look visaligner: denoising steps (default: the model's)")
-    env: str | None = setting(None, metavar="ID", help="the env id the episodes run in (default: the task's sim id; a -Real- id "
-                                         "films the stand-in's camera with its reported poses, to measure on)")
-    physics: str | None = setting(None, metavar="FILE", help="sim ids: a calibration result JSON (calibrate's output): the "
-                                             "calibrated sim")
-    robot_config: str | None = setting(None, metavar="FILE", help="-Real- ids: the stand-in robot config (another world)")
-    frame_stride: int = setting(4, help="keep the frame of every this many control steps (look visaligner: the "
-                                        "model's own stride is used)")
-    layouts_per_episode: int = setting(0, help="raw/randomized: after each episode this many reset frames of fresh "
-                                               "cup layouts (cheap variety)")
+    env: str | None = setting(
+        None,
+        metavar="ID",
+        help="the env id the episodes run in (default: the task's sim id; a -Real- id "
+        "films the stand-in's camera with its reported poses, to measure on)",
+    )
+    physics: str | None = setting(
+        None, metavar="FILE", help="sim ids: a calibration result JSON (calibrate's output): the calibrated sim"
+    )
+    robot_config: str | None = setting(
+        None, metavar="FILE", help="-Real- ids: the stand-in robot config (another world)"
+    )
+    frame_stride: int = setting(
+        4, help="keep the frame of every this many control steps (look visaligner: the model's own stride is used)"
+    )
+    layouts_per_episode: int = setting(
+        0, help="raw/randomized: after each episode this many reset frames of fresh cup layouts (cheap variety)"
+    )
     camera: str = setting(PoseEstimatorConfig.camera, help="the camera the estimator reads")
-    frame_size: tuple[int, int] = setting(PoseEstimatorConfig.frame_size, metavar=("H", "W"),
-                                          help="the camera frame size (the env's image_size)")
-    crop: tuple[float, float, float, float] = setting(PoseEstimatorConfig.crop,
-                                                      metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
-                                                      help="the table region, fractions of the frame")
-    input_size: tuple[int, int] = setting(PoseEstimatorConfig.input_size, metavar=("H", "W"),
-                                          help="the size the crop is resized to (the network's input)")
+    frame_size: tuple[int, int] = setting(
+        PoseEstimatorConfig.frame_size, metavar=("H", "W"), help="the camera frame size (the env's image_size)"
+    )
+    crop: tuple[float, float, float, float] = setting(
+        PoseEstimatorConfig.crop,
+        metavar=("TOP", "LEFT", "BOTTOM", "RIGHT"),
+        help="the table region, fractions of the frame",
+    )
+    input_size: tuple[int, int] = setting(
+        PoseEstimatorConfig.input_size, metavar=("H", "W"), help="the size the crop is resized to (the network's input)"
+    )
     workers: int = setting(1, help="raw/randomized: processes that run the episodes")
     device: str = setting("cpu", help="look visaligner: the torch device VisAligner runs on")
     progress: bool = setting(True, cli=False, help="show a tqdm bar")
 
     def estimator_config(self) -> PoseEstimatorConfig:
-        return PoseEstimatorConfig(task=self.task, camera=self.camera, frame_size=self.frame_size, crop=self.crop,
-                                   input_size=self.input_size)
+        return PoseEstimatorConfig(
+            task=self.task, camera=self.camera, frame_size=self.frame_size, crop=self.crop, input_size=self.input_size
+        )
 
 
 def make_frames(cfg: PoseFramesConfig) -> list[Path]:
@@ -516,34 +605,69 @@ def make_frames(cfg: PoseFramesConfig) -> list[Path]:
     if real and cfg.physics:
         raise ValueError(f"--physics calibrates a sim; {env_id} is a -Real- id (drop --physics, or pass a sim --env)")
     if cfg.robot_config and not real:
-        raise ValueError(f"--robot-config configures a stand-in robot; {env_id} is a sim id (pass its -Real- id as "
-                         f"--env, e.g. {embodied_gym.env_id(cfg.task, real=True)})")
+        raise ValueError(
+            f"--robot-config configures a stand-in robot; {env_id} is a sim id (pass its -Real- id as "
+            f"--env, e.g. {embodied_gym.env_id(cfg.task, real=True)})"
+        )
     env_kwargs = {k: v for k, v in (("physics", cfg.physics), ("robot_config", cfg.robot_config)) if v}
     seeds = range(cfg.seed, cfg.seed + cfg.episodes)
     if cfg.look == "visaligner":
         if not cfg.visaligner_model or not cfg.reference:
-            raise ValueError("--look visaligner needs --visaligner-model (visaligner train's OUT/model) and "
-                             "--reference (a real camera frame, or the dataset recorded on the robot)")
+            raise ValueError(
+                "--look visaligner needs --visaligner-model (visaligner train's OUT/model) and "
+                "--reference (a real camera frame, or the dataset recorded on the robot)"
+            )
         if real:
-            raise ValueError(f"--look visaligner renders sim episodes; {env_id} is a -Real- id (the robot's camera "
-                             f"needs no VisAligner: use --look raw)")
+            raise ValueError(
+                f"--look visaligner renders sim episodes; {env_id} is a -Real- id (the robot's camera "
+                f"needs no VisAligner: use --look raw)"
+            )
         from embodied_gym.visaligner.generate import reference_image
 
         out = Path(cfg.out)
         out.mkdir(parents=True, exist_ok=True)
         reference = reference_image(cfg.reference, estimator.camera, out / "reference.png")
-        return generate_visaligner_frames(out, estimator, seeds, cfg.visaligner_model, str(reference), env_id=env_id,
-                                          env_kwargs=env_kwargs or None, num_inference_steps=cfg.visaligner_steps,
-                                          device=cfg.device, progress=cfg.progress)
+        return generate_visaligner_frames(
+            out,
+            estimator,
+            seeds,
+            cfg.visaligner_model,
+            str(reference),
+            env_id=env_id,
+            env_kwargs=env_kwargs or None,
+            num_inference_steps=cfg.visaligner_steps,
+            device=cfg.device,
+            progress=cfg.progress,
+        )
     if cfg.visaligner_model or cfg.reference:
         raise ValueError(f"--visaligner-model and --reference are for --look visaligner (got --look {cfg.look})")
     if cfg.look == "randomized" and real:
         raise ValueError(f"--look randomized changes the sim's scene; {env_id} is a -Real- id (use --look raw)")
-    return generate_frames(cfg.out, estimator, seeds, env_id=env_id, frame_stride=cfg.frame_stride,
-                           env_kwargs=env_kwargs or None, look=randomized_look if cfg.look == "randomized" else None,
-                           layouts_per_episode=cfg.layouts_per_episode, progress=cfg.progress, workers=cfg.workers)
+    return generate_frames(
+        cfg.out,
+        estimator,
+        seeds,
+        env_id=env_id,
+        frame_stride=cfg.frame_stride,
+        env_kwargs=env_kwargs or None,
+        look=randomized_look if cfg.look == "randomized" else None,
+        layouts_per_episode=cfg.layouts_per_episode,
+        progress=cfg.progress,
+        workers=cfg.workers,
+    )
 
 
-__all__ = ["generate_frames", "generate_visaligner_frames", "write_episode", "load_frames", "per_frame",
-           "randomized_look", "Frames", "MANIFEST", "FrameTransform", "PoseFramesConfig", "make_frames",
-           "estimator_config_of_frames"]
+__all__ = [
+    "MANIFEST",
+    "FrameTransform",
+    "Frames",
+    "PoseFramesConfig",
+    "estimator_config_of_frames",
+    "generate_frames",
+    "generate_visaligner_frames",
+    "load_frames",
+    "make_frames",
+    "per_frame",
+    "randomized_look",
+    "write_episode",
+]

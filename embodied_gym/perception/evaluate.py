@@ -28,8 +28,10 @@ def predict_inputs(model: PoseEstimator, inputs: np.ndarray, batch_size: int = 2
     was_training = model.training
     model.eval()
     try:
-        outs = [model(model.to_tensor(inputs[i:i + batch_size]).to(model._device())).cpu().double().numpy()
-                for i in range(0, len(inputs), batch_size)]
+        outs = [
+            model(model.to_tensor(inputs[i : i + batch_size]).to(model._device())).cpu().double().numpy()
+            for i in range(0, len(inputs), batch_size)
+        ]
     finally:
         model.train(was_training)
     return model.config.denormalise(np.concatenate(outs) if outs else np.zeros((0, model.config.output_dim)))
@@ -42,15 +44,25 @@ def errors_from_estimates(config, estimate: np.ndarray, poses: np.ndarray) -> di
     col = {n: j for j, n in enumerate(names)}
     result = {}
     for o in config.objects:
-        dxy = np.hypot(estimate[:, col[f"{o}.x"]] - truth[:, col[f"{o}.x"]],
-                       estimate[:, col[f"{o}.y"]] - truth[:, col[f"{o}.y"]]) * 100
-        r = {"xy_cm": float(dxy.mean()), "xy_cm_median": float(np.median(dxy)), "xy_cm_p90": float(np.quantile(dxy, 0.9))}
+        dxy = (
+            np.hypot(
+                estimate[:, col[f"{o}.x"]] - truth[:, col[f"{o}.x"]],
+                estimate[:, col[f"{o}.y"]] - truth[:, col[f"{o}.y"]],
+            )
+            * 100
+        )
+        r = {
+            "xy_cm": float(dxy.mean()),
+            "xy_cm_median": float(np.median(dxy)),
+            "xy_cm_p90": float(np.quantile(dxy, 0.9)),
+        }
         if f"{o}.z" in col:
             r["z_cm"] = float(np.abs(estimate[:, col[f"{o}.z"]] - truth[:, col[f"{o}.z"]]).mean() * 100)
         if f"{o}.cos_yaw" in col:
             c, s = col[f"{o}.cos_yaw"], col[f"{o}.sin_yaw"]
-            r["yaw_deg"] = float(yaw_error_deg(estimate[:, c], estimate[:, s], truth[:, c], truth[:, s],
-                                               config.yaw_symmetry[o]).mean())
+            r["yaw_deg"] = float(
+                yaw_error_deg(estimate[:, c], estimate[:, s], truth[:, c], truth[:, s], config.yaw_symmetry[o]).mean()
+            )
         result[o] = r
     return result
 
@@ -80,4 +92,4 @@ def time_per_frame(model: PoseEstimator, frames: int = 50, threads: int = 1) -> 
         torch.set_num_threads(old)
 
 
-__all__ = ["pose_errors", "predict_inputs", "errors_from_estimates", "time_per_frame"]
+__all__ = ["errors_from_estimates", "pose_errors", "predict_inputs", "time_per_frame"]

@@ -27,7 +27,9 @@ from embodied_gym.perception.configuration import CONFIG_NAME, WEIGHTS_NAME, Pos
 
 
 def _conv(cin: int, cout: int, k: int, stride: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+    )
 
 
 class SpatialSoftArgmax(nn.Module):
@@ -56,17 +58,22 @@ class PoseEstimator(nn.Module):
         super().__init__()
         self.config = config
         c = config.channels
-        self.backbone = nn.Sequential(_conv(3, c[0], 5, 2), _conv(c[0], c[1], 3, 2), _conv(c[1], c[2], 3, 2),
-                                      _conv(c[2], c[3], 3, 1))
+        self.backbone = nn.Sequential(
+            _conv(3, c[0], 5, 2), _conv(c[0], c[1], 3, 2), _conv(c[1], c[2], 3, 2), _conv(c[2], c[3], 3, 1)
+        )
         h, w = config.input_size
         fh, fw = h, w
         for _ in range(3):  # three stride-2 convs (padding k // 2: ceil halving)
             fh, fw = (fh + 1) // 2, (fw + 1) // 2
         self.keypoint_maps = nn.Conv2d(c[3], config.keypoints, 1)
         self.soft_argmax = SpatialSoftArgmax(fh, fw)
-        self.head = nn.Sequential(nn.Linear(2 * config.keypoints + c[3], config.hidden), nn.ReLU(inplace=True),
-                                  nn.Linear(config.hidden, config.hidden), nn.ReLU(inplace=True),
-                                  nn.Linear(config.hidden, config.output_dim))
+        self.head = nn.Sequential(
+            nn.Linear(2 * config.keypoints + c[3], config.hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(config.hidden, config.hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(config.hidden, config.output_dim),
+        )
 
     def forward(self, x: torch.Tensor, return_keypoints: bool = False):
         """Normalised targets (B, output_dim); with ``return_keypoints`` also the keypoints' expected
@@ -123,7 +130,7 @@ class PoseEstimator(nn.Module):
         save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / WEIGHTS_NAME))
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> "PoseEstimator":
+    def from_pretrained(cls, folder: str | os.PathLike, device: str | torch.device = "cpu") -> PoseEstimator:
         """Load a folder written by :meth:`save_pretrained` (or a training checkpoint folder).
 
         Raises:
@@ -135,13 +142,17 @@ class PoseEstimator(nn.Module):
 
         folder = Path(folder)
         if not folder.is_dir():
-            raise FileNotFoundError(f"no pose estimator folder at {folder}: pass the folder that "
-                                    f"save_pretrained() or `train_pose_estimator` wrote (it holds {CONFIG_NAME} "
-                                    f"and {WEIGHTS_NAME})")
+            raise FileNotFoundError(
+                f"no pose estimator folder at {folder}: pass the folder that "
+                f"save_pretrained() or `train_pose_estimator` wrote (it holds {CONFIG_NAME} "
+                f"and {WEIGHTS_NAME})"
+            )
         for name in (CONFIG_NAME, WEIGHTS_NAME):
             if not (folder / name).is_file():
-                raise FileNotFoundError(f"{folder} is not a pose estimator folder: {name} is missing "
-                                        f"(it should hold {CONFIG_NAME} and {WEIGHTS_NAME})")
+                raise FileNotFoundError(
+                    f"{folder} is not a pose estimator folder: {name} is missing "
+                    f"(it should hold {CONFIG_NAME} and {WEIGHTS_NAME})"
+                )
         model = cls(PoseEstimatorConfig.from_json(folder / CONFIG_NAME))
         try:
             state = load_file(str(folder / WEIGHTS_NAME))

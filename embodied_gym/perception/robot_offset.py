@@ -87,14 +87,21 @@ def _episodes_at_success(root: str | os.PathLike, env_state: bool) -> list[dict]
         k = sel[np.argmax(success[sel])]
         tcp = ee[k][[0, 1, 2, 7, 8, 9]].reshape(2, 3)
         moved = np.linalg.norm(tcp - ee[sel[0]][[0, 1, 2, 7, 8, 9]].reshape(2, 3), axis=1)
-        out.append({"episode": int(e), "row": rows.get(int(e), {}), "tcp_xy": tcp[:, :2],
-                    "arm": int(np.argmax(moved)),  # the arm that went to the object; the other stays at rest
-                    "first_state": state[sel[0]] if env_state else None})
+        out.append(
+            {
+                "episode": int(e),
+                "row": rows.get(int(e), {}),
+                "tcp_xy": tcp[:, :2],
+                "arm": int(np.argmax(moved)),  # the arm that went to the object; the other stays at rest
+                "first_state": state[sel[0]] if env_state else None,
+            }
+        )
     return out
 
 
-def fit_estimator_offset(estimator: str | os.PathLike, robot_dataset: str | os.PathLike,
-                         sim_dataset: str | os.PathLike) -> EstimatorOffset:
+def fit_estimator_offset(
+    estimator: str | os.PathLike, robot_dataset: str | os.PathLike, sim_dataset: str | os.PathLike
+) -> EstimatorOffset:
     """The correction that removes ``estimator``'s bias on the robot's camera (see the module docstring).
 
     Args:
@@ -115,8 +122,10 @@ def fit_estimator_offset(estimator: str | os.PathLike, robot_dataset: str | os.P
     config = PoseEstimatorConfig.from_json(Path(estimator) / CONFIG_NAME)
     task = config.task
     if task not in HELD_AT_SUCCESS:
-        raise ValueError(f"fit_estimator_offset knows which object the demonstrations hold at success only for "
-                         f"{sorted(HELD_AT_SUCCESS)}; {task} is not one of them")
+        raise ValueError(
+            f"fit_estimator_offset knows which object the demonstrations hold at success only for "
+            f"{sorted(HELD_AT_SUCCESS)}; {task} is not one of them"
+        )
     obj = HELD_AT_SUCCESS[task]
     names = config.output_names
     ix, iy = names.index(f"{obj}.x"), names.index(f"{obj}.y")
@@ -130,20 +139,26 @@ def fit_estimator_offset(estimator: str | os.PathLike, robot_dataset: str | os.P
     for ep in robot:
         named = ep["row"].get("pose_estimator") or {}
         if named.get("values") == "ground_truth" or named.get("sha256") != weights:
-            raise ValueError(f"episode {ep['episode']} of {robot_dataset} was not recorded with the estimate of "
-                             f"{estimator} (its sidecar names {named.get('path')!r}); record the robot's "
-                             f"demonstrations with --pose-estimator {estimator}")
+            raise ValueError(
+                f"episode {ep['episode']} of {robot_dataset} was not recorded with the estimate of "
+                f"{estimator} (its sidecar names {named.get('path')!r}); record the robot's "
+                f"demonstrations with --pose-estimator {estimator}"
+            )
     if len(robot) < 3 or len(sim) < 3:
-        raise TooFewDemonstrations(f"need at least 3 successful demonstrations in each dataset to fit the offset; "
-                         f"{robot_dataset}: {len(robot)}, {sim_dataset}: {len(sim)}")
+        raise TooFewDemonstrations(
+            f"need at least 3 successful demonstrations in each dataset to fit the offset; "
+            f"{robot_dataset}: {len(robot)}, {sim_dataset}: {len(sim)}"
+        )
 
     # the grasp offset, per arm, from the sim's true start poses
     grasp: dict[int, list[np.ndarray]] = {0: [], 1: []}
     for ep in sim:
         layout = ep["row"].get("layout", {})
         if obj not in layout:
-            raise ValueError(f"episode {ep['episode']} of {sim_dataset} has no layout for {obj!r} in its sidecar "
-                             f"row: record the sim demonstrations with embodied-gym record (it stores the layout)")
+            raise ValueError(
+                f"episode {ep['episode']} of {sim_dataset} has no layout for {obj!r} in its sidecar "
+                f"row: record the sim demonstrations with embodied-gym record (it stores the layout)"
+            )
         arm = ep["arm"]
         grasp[arm].append(np.asarray(layout[obj][:2], dtype=np.float64) - ep["tcp_xy"][arm])
     offsets = {arm: np.median(v, axis=0) for arm, v in grasp.items() if v}
@@ -156,14 +171,22 @@ def fit_estimator_offset(estimator: str | os.PathLike, robot_dataset: str | os.P
         bias.append(est_xy - (ep["tcp_xy"][arm] + offsets[arm]))
         used.append(ep["episode"])
     if len(bias) < 3:
-        raise TooFewDemonstrations(f"only {len(bias)} robot demonstrations grasped with an arm the sim demonstrations used")
+        raise TooFewDemonstrations(
+            f"only {len(bias)} robot demonstrations grasped with an arm the sim demonstrations used"
+        )
     bias = np.asarray(bias)
     median = np.median(bias, axis=0)
     outliers = [e for e, b in zip(used, bias) if np.linalg.norm(b - median) > OUTLIER_M]
-    return EstimatorOffset(task=task, object=obj, correction_xy=(float(-median[0]), float(-median[1])),
-                           bias_per_episode=bias.tolist(), robot_episodes=len(bias), sim_episodes=len(sim),
-                           grasp_offset={("left", "right")[a]: v.tolist() for a, v in offsets.items()},
-                           outliers=outliers)
+    return EstimatorOffset(
+        task=task,
+        object=obj,
+        correction_xy=(float(-median[0]), float(-median[1])),
+        bias_per_episode=bias.tolist(),
+        robot_episodes=len(bias),
+        sim_episodes=len(sim),
+        grasp_offset={("left", "right")[a]: v.tolist() for a, v in offsets.items()},
+        outliers=outliers,
+    )
 
 
 def corrected_estimator(estimator: str | os.PathLike, offset: EstimatorOffset, out: str | os.PathLike) -> Path:
@@ -185,4 +208,4 @@ def corrected_estimator(estimator: str | os.PathLike, offset: EstimatorOffset, o
     return out
 
 
-__all__ = ["EstimatorOffset", "TooFewDemonstrations", "fit_estimator_offset", "corrected_estimator", "HELD_AT_SUCCESS"]
+__all__ = ["HELD_AT_SUCCESS", "EstimatorOffset", "TooFewDemonstrations", "corrected_estimator", "fit_estimator_offset"]

@@ -44,17 +44,26 @@ from embodied_gym.perception.modeling import PoseEstimator
 class PoseTrainConfig:
     """Settings of :func:`train_pose_estimator`."""
 
-    data: list[str] = setting(default_factory=list, required=True, metavar="DIR",
-                              help="frame folders to train on together (perception frames' output)")
-    out: str = setting("outputs/perception", metavar="DIR", help="output folder (checkpoints, model, metrics, loss.png)")
+    data: list[str] = setting(
+        default_factory=list,
+        required=True,
+        metavar="DIR",
+        help="frame folders to train on together (perception frames' output)",
+    )
+    out: str = setting(
+        "outputs/perception", metavar="DIR", help="output folder (checkpoints, model, metrics, loss.png)"
+    )
     steps: int = setting(1500, help="optimisation steps")
     batch_size: int = setting(32, help="frames per step")
     lr: float = setting(2e-3, help="peak learning rate (cosine decay to 5 %% of it)")
     weight_decay: float = setting(1e-4, help="AdamW weight decay")
     val_fraction: float = setting(0.1, help="fraction of the episodes held out for validation")
     augment: bool = setting(True, help="photometric augmentation of the training frames")
-    keypoint_weight: float = setting(1.0, help="weight of the keypoint loss: keypoint k is pulled onto object k's "
-                                               "position in the image (0: off; fixed cameras only)")
+    keypoint_weight: float = setting(
+        1.0,
+        help="weight of the keypoint loss: keypoint k is pulled onto object k's "
+        "position in the image (0: off; fixed cameras only)",
+    )
     eval_every: int = setting(250, help="validate every this many steps")
     save_every: int = setting(500, help="checkpoint every this many steps")
     seed: int = setting(0, help="seed of the split, the initialisation and the batches")
@@ -94,12 +103,16 @@ def keypoint_positions(estimator: PoseEstimatorConfig, poses: np.ndarray) -> np.
 
     n = poses.shape[1]
     if estimator.keypoints < n:
-        raise ValueError(f"the keypoint loss needs a keypoint per object: {estimator.keypoints} keypoints for {n} "
-                         f"objects; raise PoseEstimatorConfig.keypoints or set keypoint_weight=0")
+        raise ValueError(
+            f"the keypoint loss needs a keypoint per object: {estimator.keypoints} keypoints for {n} "
+            f"objects; raise PoseEstimatorConfig.keypoints or set keypoint_weight=0"
+        )
     try:
         px = project_to_pixels(estimator.camera, poses[..., :3], estimator.frame_size)
     except ValueError as e:
-        raise ValueError(f"{e}: the keypoint loss needs a fixed camera; set PoseTrainConfig.keypoint_weight=0") from None
+        raise ValueError(
+            f"{e}: the keypoint loss needs a fixed camera; set PoseTrainConfig.keypoint_weight=0"
+        ) from None
     top, left, bottom, right = estimator.crop_box(estimator.frame_size)
     x = (px[..., 0] - left) / (right - left) * 2 - 1
     y = (px[..., 1] - top) / (bottom - top) * 2 - 1
@@ -112,7 +125,7 @@ def augment_batch(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     b = x.shape[0]
     if rng.random() < 0.5:
         sigma = rng.uniform(0.3, 1.2)
-        k = torch.exp(-torch.arange(-2, 3, dtype=torch.float32) ** 2 / (2 * sigma**2))
+        k = torch.exp(-(torch.arange(-2, 3, dtype=torch.float32) ** 2) / (2 * sigma**2))
         k = (k / k.sum()).view(1, 1, 1, 5).repeat(3, 1, 1, 1)
         x = F.conv2d(F.pad(x, (2, 2, 0, 0), mode="replicate"), k, groups=3)
         x = F.conv2d(F.pad(x, (0, 0, 2, 2), mode="replicate"), k.transpose(2, 3), groups=3)
@@ -190,14 +203,17 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
     out = Path(cfg.out)
     store = CheckpointStore(out, unit="step")
     if not cfg.resume and store.latest() is not None:
-        raise ValueError(f"{out} already holds a pose estimator's checkpoints; pass --resume to continue it, or "
-                         f"another --out")
+        raise ValueError(
+            f"{out} already holds a pose estimator's checkpoints; pass --resume to continue it, or another --out"
+        )
     last = store.latest() if cfg.resume else None
     if last is not None:
         saved = PoseEstimatorConfig.from_json(last.path / CONFIG_NAME)
         if estimator is not None and estimator.to_dict() != saved.to_dict():
-            raise ValueError(f"{last.path} was trained with another PoseEstimatorConfig; use another --out or "
-                             f"resume without changing the model")
+            raise ValueError(
+                f"{last.path} was trained with another PoseEstimatorConfig; use another --out or "
+                f"resume without changing the model"
+            )
         estimator = saved
     estimator = estimator or estimator_config_of_frames(cfg.data[0])
 
@@ -213,7 +229,8 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
         model = PoseEstimator(estimator).to(cfg.device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps))))
+            opt, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps)))
+        )
         history = {"train_step": [], "train_loss": [], "val_step": [], "val_loss": []}
         start = 0
         if last is not None:
@@ -223,8 +240,10 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             state = json.loads((last.path / "train_state.json").read_text())
             history, start = state["history"], last.counter
             sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps))),
-                last_epoch=start - 1)
+                opt,
+                lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps))),
+                last_epoch=start - 1,
+            )
 
         def validate() -> tuple[float, dict]:
             if not len(val_idx):
@@ -243,11 +262,14 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             store.save(step, write)
 
         model.train()
-        bar = tqdm(range(start, cfg.steps), desc="pose estimator", disable=not cfg.progress, initial=start,
-                   total=cfg.steps)
+        bar = tqdm(
+            range(start, cfg.steps), desc="pose estimator", disable=not cfg.progress, initial=start, total=cfg.steps
+        )
         for step in bar:
             rng = np.random.default_rng([cfg.seed, step])
-            idx = rng.choice(train_idx, size=min(cfg.batch_size, len(train_idx)), replace=len(train_idx) < cfg.batch_size)
+            idx = rng.choice(
+                train_idx, size=min(cfg.batch_size, len(train_idx)), replace=len(train_idx) < cfg.batch_size
+            )
             x = PoseEstimator.to_tensor(frames.inputs[idx])
             if cfg.augment:
                 x = augment_batch(x, rng)
@@ -256,7 +278,8 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             loss = F.smooth_l1_loss(pred, y.to(cfg.device), beta=0.1)
             if keypoint_targets is not None:  # keypoint k onto object k (the first n_objects keypoints)
                 loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(
-                    keypoints[:, :keypoint_targets.shape[1]], keypoint_targets[idx].to(cfg.device), beta=0.05)
+                    keypoints[:, : keypoint_targets.shape[1]], keypoint_targets[idx].to(cfg.device), beta=0.05
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -278,12 +301,28 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
         torch.set_num_threads(threads)
 
     model.save_pretrained(out / "model")
-    write_json(out / "metrics.json", {"history": history, "val_errors": val_errors, "train_frames": int(len(train_idx)),
-                                      "val_frames": int(len(val_idx)), "config": {k: getattr(cfg, k) for k in (
-                                          "steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")}})
+    write_json(
+        out / "metrics.json",
+        {
+            "history": history,
+            "val_errors": val_errors,
+            "train_frames": len(train_idx),
+            "val_frames": len(val_idx),
+            "config": {
+                k: getattr(cfg, k)
+                for k in ("steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")
+            },
+        },
+    )
     _plot(history, out / "loss.png")
     return PoseTrainResult(model.cpu().eval(), history, val_errors, out)
 
 
-__all__ = ["PoseTrainConfig", "PoseTrainResult", "train_pose_estimator", "split_episodes", "augment_batch",
-           "keypoint_positions"]
+__all__ = [
+    "PoseTrainConfig",
+    "PoseTrainResult",
+    "augment_batch",
+    "keypoint_positions",
+    "split_episodes",
+    "train_pose_estimator",
+]

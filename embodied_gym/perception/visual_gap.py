@@ -20,10 +20,19 @@ from embodied_gym.perception.evaluate import errors_from_estimates, pose_errors,
 from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
 
 
-def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Sequence[str | os.PathLike]] | None = None,
-                       sim_episodes: int = 60, val_episodes: int = 8, standin_episodes: int = 6, frame_stride: int = 4,
-                       train: dict | None = None, standin_kwargs: dict | None = None, layouts_per_episode: int = 0,
-                       progress: bool = True) -> dict:
+def measure_visual_gap(
+    out: str | os.PathLike,
+    config,
+    train_sets: dict[str, Sequence[str | os.PathLike]] | None = None,
+    sim_episodes: int = 60,
+    val_episodes: int = 8,
+    standin_episodes: int = 6,
+    frame_stride: int = 4,
+    train: dict | None = None,
+    standin_kwargs: dict | None = None,
+    layouts_per_episode: int = 0,
+    progress: bool = True,
+) -> dict:
     """Train pose estimators on sim frames and report their pose errors on held-out sim and stand-in frames.
 
     Frames (``<out>/frames/``): ``sim_train`` (seeds ``0..sim_episodes-1``), ``sim_val`` (seeds from
@@ -42,25 +51,51 @@ def measure_visual_gap(out: str | os.PathLike, config, train_sets: dict[str, Seq
     out = Path(out)
     fr = out / "frames"
     if train_sets is None:
-        generate_frames(fr / "sim_train", config, range(sim_episodes), frame_stride=frame_stride,
-                        layouts_per_episode=layouts_per_episode, progress=progress)
-    generate_frames(fr / "sim_val", config, range(10000, 10000 + val_episodes), frame_stride=frame_stride,
-                    progress=progress)
-    generate_frames(fr / "standin", config, range(20000, 20000 + standin_episodes),
-                    env_id=embodied_gym.env_id(config.task, real=True), frame_stride=frame_stride,
-                    env_kwargs=standin_kwargs, progress=progress)
+        generate_frames(
+            fr / "sim_train",
+            config,
+            range(sim_episodes),
+            frame_stride=frame_stride,
+            layouts_per_episode=layouts_per_episode,
+            progress=progress,
+        )
+    generate_frames(
+        fr / "sim_val", config, range(10000, 10000 + val_episodes), frame_stride=frame_stride, progress=progress
+    )
+    generate_frames(
+        fr / "standin",
+        config,
+        range(20000, 20000 + standin_episodes),
+        env_id=embodied_gym.env_id(config.task, real=True),
+        frame_stride=frame_stride,
+        env_kwargs=standin_kwargs,
+        progress=progress,
+    )
     sim_val, standin = load_frames(fr / "sim_val", config), load_frames(fr / "standin", config)
     train_sets = train_sets or {"raw": [fr / "sim_train"]}
     result = {"frames": {"sim_val": len(sim_val), "standin": len(standin)}, "models": {}}
     # What knowing nothing scores: always the centre of the start range (z = 0, yaw = 0).
     centre = np.tile(config.denormalise(np.zeros(config.output_dim)), (len(standin), 1))
-    result["centre_baseline"] = {"standin": {"frames": len(standin), **errors_from_estimates(config, centre, standin.poses)}}
+    result["centre_baseline"] = {
+        "standin": {"frames": len(standin), **errors_from_estimates(config, centre, standin.poses)}
+    }
     for name, folders in train_sets.items():
-        tc = PoseTrainConfig(**{**(train or {}), "data": [str(f) for f in folders], "out": str(out / "models" / name),
-                                "resume": True, "progress": progress})
+        tc = PoseTrainConfig(
+            **{
+                **(train or {}),
+                "data": [str(f) for f in folders],
+                "out": str(out / "models" / name),
+                "resume": True,
+                "progress": progress,
+            }
+        )
         model = train_pose_estimator(tc, config).model
-        result["models"][name] = {"train_frames": len(load_frames(folders, config)), "sim": pose_errors(model, sim_val),
-                                  "standin": pose_errors(model, standin), "ms_per_frame": time_per_frame(model)}
+        result["models"][name] = {
+            "train_frames": len(load_frames(folders, config)),
+            "sim": pose_errors(model, sim_val),
+            "standin": pose_errors(model, standin),
+            "ms_per_frame": time_per_frame(model),
+        }
     return result
 
 

@@ -59,8 +59,10 @@ def estimator_source(folder: str | os.PathLike) -> dict:
 
     weights = Path(folder) / WEIGHTS_NAME
     if not weights.is_file():
-        raise FileNotFoundError(f"no pose estimator at {folder}: {WEIGHTS_NAME} is missing (pass the folder "
-                                f"save_pretrained() or `train_pose_estimator` wrote)")
+        raise FileNotFoundError(
+            f"no pose estimator at {folder}: {WEIGHTS_NAME} is missing (pass the folder "
+            f"save_pretrained() or `train_pose_estimator` wrote)"
+        )
     h = hashlib.sha256()
     with open(weights, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -110,8 +112,14 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
             env's task is not the estimator's.
     """
 
-    def __init__(self, env: gym.Env, estimator: PoseEstimator | str | os.PathLike, key: str = KEY,
-                 device: str = "cpu", update: str = "every_frame"):
+    def __init__(
+        self,
+        env: gym.Env,
+        estimator: PoseEstimator | str | os.PathLike,
+        key: str = KEY,
+        device: str = "cpu",
+        update: str = "every_frame",
+    ):
         gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, device=device, update=update)
         gym.ObservationWrapper.__init__(self, env)
         self.update = check_pose_update(update)
@@ -127,13 +135,17 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         space = env.observation_space
         cam = cfg.camera
         if not isinstance(space, spaces.Dict):
-            raise ValueError(f"PoseEstimateWrapper needs a Dict observation with the {cam!r} frame, got "
-                             f"{type(space).__name__}: make the env with obs_type='pixels_state', cameras=({cam!r},)")
+            raise ValueError(
+                f"PoseEstimateWrapper needs a Dict observation with the {cam!r} frame, got "
+                f"{type(space).__name__}: make the env with obs_type='pixels_state', cameras=({cam!r},)"
+            )
         if cam not in space.spaces:
-            raise ValueError(f"the observation has no {cam!r} frame (keys: {list(space.spaces)}), which the pose "
-                             f"estimator reads: make the env with obs_type='pixels_state' (or 'pixels') and "
-                             f"cameras=({cam!r},), e.g. gym.make(id, obs_type='pixels_state', cameras=({cam!r},), "
-                             f"image_size={tuple(cfg.frame_size)})")
+            raise ValueError(
+                f"the observation has no {cam!r} frame (keys: {list(space.spaces)}), which the pose "
+                f"estimator reads: make the env with obs_type='pixels_state' (or 'pixels') and "
+                f"cameras=({cam!r},), e.g. gym.make(id, obs_type='pixels_state', cameras=({cam!r},), "
+                f"image_size={tuple(cfg.frame_size)})"
+            )
         if key in space.spaces:
             raise ValueError(f"the observation already has a {key!r} entry; pass another key=")
         task = getattr(env.unwrapped, "task", None)
@@ -198,8 +210,9 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             :class:`PoseEstimateWrapper`), a Dict observation that already has ``key``, or another task.
     """
 
-    def __init__(self, env: gym.Env, estimator: PoseEstimator | str | os.PathLike, key: str = KEY,
-                 update: str = "every_frame"):
+    def __init__(
+        self, env: gym.Env, estimator: PoseEstimator | str | os.PathLike, key: str = KEY, update: str = "every_frame"
+    ):
         gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, update=update)
         gym.Wrapper.__init__(self, env)
         self.update = check_pose_update(update)
@@ -207,9 +220,11 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         from embodied_gym.envs.spaces import camera_period
 
         if isinstance(env.unwrapped, AlohaRealEnv):
-            raise ValueError("GroundTruthPoseWrapper gives the simulator's true object poses, and a robot has none to "
-                             "give a policy: record a -Real- id with the pose estimator's estimate "
-                             "(pose_source='estimate', PoseEstimateWrapper)")
+            raise ValueError(
+                "GroundTruthPoseWrapper gives the simulator's true object poses, and a robot has none to "
+                "give a policy: record a -Real- id with the pose estimator's estimate "
+                "(pose_source='estimate', PoseEstimateWrapper)"
+            )
         self.source = None
         if not isinstance(estimator, PoseEstimator):
             folder = estimator
@@ -259,5 +274,12 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self._with_pose(obs, info), reward, terminated, truncated, info
 
 
-__all__ = ["PoseEstimateWrapper", "GroundTruthPoseWrapper", "KEY", "POSE_SOURCES", "POSE_UPDATES", "estimator_source",
-           "true_pose_entry"]
+__all__ = [
+    "KEY",
+    "POSE_SOURCES",
+    "POSE_UPDATES",
+    "GroundTruthPoseWrapper",
+    "PoseEstimateWrapper",
+    "estimator_source",
+    "true_pose_entry",
+]

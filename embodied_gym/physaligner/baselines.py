@@ -20,8 +20,8 @@ from __future__ import annotations
 import io
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -38,9 +38,16 @@ class SearchResult:
     jacobian: np.ndarray | None = None  # residual Jacobian at the end (Gauss-Newton)
 
 
-def simulated_annealing(objective: Callable[[np.ndarray], float], start: np.ndarray, steps: int = 2000,
-                        temperature: float = 1.5, step_size: float = 0.5, seed: int = 0,
-                        budget_s: float | None = None, progress: bool = False) -> SearchResult:
+def simulated_annealing(
+    objective: Callable[[np.ndarray], float],
+    start: np.ndarray,
+    steps: int = 2000,
+    temperature: float = 1.5,
+    step_size: float = 0.5,
+    seed: int = 0,
+    budget_s: float | None = None,
+    progress: bool = False,
+) -> SearchResult:
     from tqdm import tqdm
 
     rng = np.random.default_rng(seed)
@@ -65,16 +72,24 @@ def simulated_annealing(objective: Callable[[np.ndarray], float], start: np.ndar
     return SearchResult(best, fbest, len(history), time.perf_counter() - t0, history, snapshots=snapshots)
 
 
-def cma_es(objective: Callable[[np.ndarray], float], start: np.ndarray, sigma: float = 0.25,
-           max_evaluations: int = 2000, seed: int = 0, budget_s: float | None = None,
-           progress: bool = False) -> SearchResult:
+def cma_es(
+    objective: Callable[[np.ndarray], float],
+    start: np.ndarray,
+    sigma: float = 0.25,
+    max_evaluations: int = 2000,
+    seed: int = 0,
+    budget_s: float | None = None,
+    progress: bool = False,
+) -> SearchResult:
     import cma
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    es = cma.CMAEvolutionStrategy(np.clip(start, 0.0, 1.0), sigma,
-                                  {"bounds": [0.0, 1.0], "seed": seed + 1, "verbose": -9,
-                                   "maxfevals": max_evaluations})
+    es = cma.CMAEvolutionStrategy(
+        np.clip(start, 0.0, 1.0),
+        sigma,
+        {"bounds": [0.0, 1.0], "seed": seed + 1, "verbose": -9, "maxfevals": max_evaluations},
+    )
     history, snapshots, n = [], [], 0
     best, fbest = np.asarray(start, dtype=np.float64), math.inf
     bar = tqdm(total=max_evaluations, desc="CMA-ES", unit="eval", disable=not progress)
@@ -92,17 +107,24 @@ def cma_es(objective: Callable[[np.ndarray], float], start: np.ndarray, sigma: f
             history.append((n, time.perf_counter() - t0, fbest))
         bar.update(len(xs))
     bar.close()
-    return SearchResult(best, fbest, n, time.perf_counter() - t0, history, snapshots=snapshots,
-                        std=np.asarray(es.result.stds))
+    return SearchResult(
+        best, fbest, n, time.perf_counter() - t0, history, snapshots=snapshots, std=np.asarray(es.result.stds)
+    )
 
 
 class _BudgetSpent(Exception):
     pass
 
 
-def mujoco_sysid(residuals: Callable[[np.ndarray], np.ndarray], start: np.ndarray, names: list[str],
-                 max_iterations: int = 20, fd_step: float = 1e-3, budget_s: float | None = None,
-                 progress: bool = False) -> SearchResult:
+def mujoco_sysid(
+    residuals: Callable[[np.ndarray], np.ndarray],
+    start: np.ndarray,
+    names: list[str],
+    max_iterations: int = 20,
+    fd_step: float = 1e-3,
+    budget_s: float | None = None,
+    progress: bool = False,
+) -> SearchResult:
     """Gauss-Newton through ``mujoco.sysid.optimize`` on ``residuals(θ_normalised) -> vector``.
 
     ``fd_step`` is the finite-difference perturbation on the normalised scale: MuJoCo's default (1.5e-8)
@@ -140,12 +162,20 @@ def mujoco_sysid(residuals: Callable[[np.ndarray], np.ndarray], start: np.ndarra
     jacobian = None
     try:
         # output=: mujoco.minimize prints every iteration otherwise; the progress bar stands in for it.
-        _, opt = sysid.optimize(params, residual_fn, optimizer="mujoco", verbose=False, max_iters=max_iterations,
-                                eps=fd_step, output=io.StringIO())
+        _, opt = sysid.optimize(
+            params,
+            residual_fn,
+            optimizer="mujoco",
+            verbose=False,
+            max_iters=max_iterations,
+            eps=fd_step,
+            output=io.StringIO(),
+        )
         jacobian = np.asarray(opt.jac)
     except _BudgetSpent:
         pass
     finally:
         bar.close()
-    return SearchResult(best["theta"], best["value"], n, time.perf_counter() - t0, history, snapshots=snapshots,
-                        jacobian=jacobian)
+    return SearchResult(
+        best["theta"], best["value"], n, time.perf_counter() - t0, history, snapshots=snapshots, jacobian=jacobian
+    )

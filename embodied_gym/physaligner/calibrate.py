@@ -57,22 +57,31 @@ _PROBE_RISE = 0.01
 class CalibrationConfig:
     """How one calibration runs; also the ``embodied-gym calibrate`` command line and its ``--config`` YAML."""
 
-    method: str = setting(RECOMMENDED, choices=METHODS,
-                          help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)")
-    held_out: float = setting(0.3, help="fraction of episodes kept out of the fit: the acceptance guard and the "
-                                        "evaluation")
-    test_dataset: str | None = setting(None, help="judge the result on this dataset's episodes instead (then all of "
-                                                  "--dataset is fitted)")
-    latency_candidates: tuple[int, ...] = setting((0, 1, 2, 3), flag="--latency",
-                                                  help="actuation delays profiled (control steps); none keeps the "
-                                                       "base physics' delay")
+    method: str = setting(
+        RECOMMENDED,
+        choices=METHODS,
+        help=f"calibration method (default {RECOMMENDED}, the best in benchmarks/calibration.py)",
+    )
+    held_out: float = setting(
+        0.3, help="fraction of episodes kept out of the fit: the acceptance guard and the evaluation"
+    )
+    test_dataset: str | None = setting(
+        None, help="judge the result on this dataset's episodes instead (then all of --dataset is fitted)"
+    )
+    latency_candidates: tuple[int, ...] = setting(
+        (0, 1, 2, 3),
+        flag="--latency",
+        help="actuation delays profiled (control steps); none keeps the base physics' delay",
+    )
     samples: int = setting(64, help="classic stage 1 (simulate_transitions): θ samples")
-    surrogate_epochs: int = setting(40, aliases=("--epochs",), help="physaligner stage 2: epochs per trust-region "
-                                                                    "iteration")
+    surrogate_epochs: int = setting(
+        40, aliases=("--epochs",), help="physaligner stage 2: epochs per trust-region iteration"
+    )
     restarts: int = setting(4, help="classic refine() only (unused by the trust-region PhysAligner)")
     refine_steps: int = setting(150, help="physaligner stage 3: Adam steps per trust-region iteration")
-    tr_radius: float = setting(0.2, help="physaligner: initial trust-region half-width (normalised; about ±30 % "
-                                         "of a 0.5x-2x box)")
+    tr_radius: float = setting(
+        0.2, help="physaligner: initial trust-region half-width (normalised; about ±30 % of a 0.5x-2x box)"
+    )
     tr_transitions: int = setting(1200, help="physaligner: recorded transitions simulated per iteration")
     tr_samples: int = setting(2, help="physaligner: dense θ per transition and iteration")
     tr_iterations: int = setting(40, help="physaligner: at most this many trust-region iterations")
@@ -80,14 +89,18 @@ class CalibrationConfig:
     cmaes_evaluations: int = setting(2000, help="cmaes: objective evaluations")
     sysid_iterations: int = setting(20, help="sysid: Gauss-Newton iterations")
     horizon: int = setting(1, help="classic refine() only (not the trust region): surrogate unroll length")
-    budget_s: float | None = setting(None, flag="--budget", help="wall-time budget of the search, seconds (every "
-                                                                  "method)")
+    budget_s: float | None = setting(
+        None, flag="--budget", help="wall-time budget of the search, seconds (every method)"
+    )
     workers: int | None = setting(None, help="stage-1 processes (default: all CPUs)")
     # Small tensors gain nothing from more threads, and oversubscribed cores (other jobs, stage-1
     # workers) slow multi-threaded torch down by an order of magnitude.
     torch_threads: int | None = setting(1, help="physaligner stages 2-3: torch threads")
-    backend: str = setting("processes", choices=("processes", "ray"),
-                           help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')")
+    backend: str = setting(
+        "processes",
+        choices=("processes", "ray"),
+        help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')",
+    )
     ray_address: str | None = setting(None, help="Ray cluster address for --backend ray (default: a local Ray)")
     seed: int = setting(0, help="seed of the split and every method")
 
@@ -127,18 +140,39 @@ def _run_physaligner(fit, task, space, start, cfg, work: Path, progress: bool) -
     sim = OneStepSimulator(task, space)
     fk = ArmFK(sim.model, sim.idx)
     objective = ReplayObjective(fit, task, space)
-    tr_cfg = TrustRegionConfig(radius=cfg.tr_radius, transitions=cfg.tr_transitions,
-                               samples_per_transition=cfg.tr_samples, epochs=cfg.surrogate_epochs,
-                               steps=cfg.refine_steps, iterations=cfg.tr_iterations, seed=cfg.seed)
+    tr_cfg = TrustRegionConfig(
+        radius=cfg.tr_radius,
+        transitions=cfg.tr_transitions,
+        samples_per_transition=cfg.tr_samples,
+        epochs=cfg.surrogate_epochs,
+        steps=cfg.refine_steps,
+        iterations=cfg.tr_iterations,
+        seed=cfg.seed,
+    )
     key = f"trust-region-{space.fingerprint()}-{dataset_hash(fit)[:12]}-{_digest(asdict(tr_cfg))}"
-    out = trust_region(sim, fk, space, fit, objective, start, tr_cfg, budget_s=cfg.budget_s,
-                       checkpoint=work / f"{key}.json", progress=progress)
+    out = trust_region(
+        sim,
+        fk,
+        space,
+        fit,
+        objective,
+        start,
+        tr_cfg,
+        budget_s=cfg.budget_s,
+        checkpoint=work / f"{key}.json",
+        progress=progress,
+    )
     objective.close()
     accepted = sum(it["accepted"] for it in out["iterations"])
-    return MethodOutput(out["theta"], {"trust_region_s": time.perf_counter() - t}, history=out["history"],
-                        snapshots=_thin(out["snapshots"]), curvature=out["curvature"], loss=out["surrogate_loss"],
-                        logs={"iterations": out["iterations"], "accepted_steps": accepted,
-                              "evaluations": len(out["history"])})
+    return MethodOutput(
+        out["theta"],
+        {"trust_region_s": time.perf_counter() - t},
+        history=out["history"],
+        snapshots=_thin(out["snapshots"]),
+        curvature=out["curvature"],
+        loss=out["surrogate_loss"],
+        logs={"iterations": out["iterations"], "accepted_steps": accepted, "evaluations": len(out["history"])},
+    )
 
 
 def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:
@@ -149,15 +183,28 @@ def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:
     t = time.perf_counter()
     std_u = curvature = loss = None
     if cfg.method == "sa":
-        res = simulated_annealing(objective, start, steps=cfg.sa_steps, seed=cfg.seed, budget_s=cfg.budget_s,
-                                  progress=progress)
+        res = simulated_annealing(
+            objective, start, steps=cfg.sa_steps, seed=cfg.seed, budget_s=cfg.budget_s, progress=progress
+        )
     elif cfg.method == "cmaes":
-        res = cma_es(objective, start, max_evaluations=cfg.cmaes_evaluations, seed=cfg.seed, budget_s=cfg.budget_s,
-                     progress=progress)
+        res = cma_es(
+            objective,
+            start,
+            max_evaluations=cfg.cmaes_evaluations,
+            seed=cfg.seed,
+            budget_s=cfg.budget_s,
+            progress=progress,
+        )
         std_u = res.std
     else:
-        res = mujoco_sysid(objective.residuals, start, space.names, max_iterations=cfg.sysid_iterations,
-                           budget_s=cfg.budget_s, progress=progress)
+        res = mujoco_sysid(
+            objective.residuals,
+            start,
+            space.names,
+            max_iterations=cfg.sysid_iterations,
+            budget_s=cfg.budget_s,
+            progress=progress,
+        )
         if res.jacobian is not None:
             # Gauss-Newton's view of the loss ‖r‖²: Hessian ≈ 2 JᵀJ, covariance ≈ σ² (JᵀJ)⁻¹.
             jtj = res.jacobian.T @ res.jacobian
@@ -165,9 +212,16 @@ def _run_search(fit, task, space, start, cfg, progress: bool) -> MethodOutput:
             dof = max(1, res.jacobian.shape[0] - res.jacobian.shape[1])
             std_u = np.sqrt(np.clip(np.diag(np.linalg.pinv(jtj)) * res.value / dof, 0, None))
     objective.close()
-    return MethodOutput(res.theta, {"search_s": time.perf_counter() - t}, history=res.history,
-                        snapshots=_thin(res.snapshots), std_u=std_u,
-                        curvature=curvature, loss=loss, logs={"evaluations": res.evaluations})
+    return MethodOutput(
+        res.theta,
+        {"search_s": time.perf_counter() - t},
+        history=res.history,
+        snapshots=_thin(res.snapshots),
+        std_u=std_u,
+        curvature=curvature,
+        loss=loss,
+        logs={"evaluations": res.evaluations},
+    )
 
 
 def _thin(snapshots: list, keep: int = 24) -> list:
@@ -183,7 +237,7 @@ def unconstrained(names: list[str], curvature: np.ndarray | None, loss: float | 
     """Parameters whose 10 %-of-box move raises the fit loss by < 1 % (None when unknown)."""
     if curvature is None or loss is None:
         return None
-    rise = 0.5 * np.abs(curvature) * _PROBE_STEP ** 2
+    rise = 0.5 * np.abs(curvature) * _PROBE_STEP**2
     return [n for n, r in zip(names, rise) if r < _PROBE_RISE * max(loss, 1e-12)]
 
 
@@ -199,8 +253,9 @@ def with_latency(space: ParameterSpace, latency_steps: int) -> ParameterSpace:
     return space.with_base(replace(space.base, latency_steps=int(latency_steps)))
 
 
-def profile_latency(episodes, task: str, space: ParameterSpace, theta: np.ndarray,
-                    candidates) -> tuple[int, dict[int, float]]:
+def profile_latency(
+    episodes, task: str, space: ParameterSpace, theta: np.ndarray, candidates
+) -> tuple[int, dict[int, float]]:
     """The actuation delay (control steps) among ``candidates`` whose *one-step* loss in the real
     simulator (:func:`.refine.one_step_loss`) at θ is lowest, and every candidate's loss. A whole-step
     delay is not a box dimension, so every method profiles it this way before its continuous search.
@@ -213,13 +268,22 @@ def profile_latency(episodes, task: str, space: ParameterSpace, theta: np.ndarra
     sim = OneStepSimulator(task, space)
     fk = ArmFK(sim.model, sim.idx)
     values = space.denormalise(theta)
-    scores = {int(L): one_step_loss(sim, fk, episodes, theta, physics=with_latency(space, L).to_physics(values))
-              for L in candidates}
+    scores = {
+        int(L): one_step_loss(sim, fk, episodes, theta, physics=with_latency(space, L).to_physics(values))
+        for L in candidates
+    }
     return min(scores, key=scores.get), scores
 
 
-def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, space: ParameterSpace | None = None,
-              config: CalibrationConfig | None = None, progress: bool = True, report: bool = True) -> dict:
+def calibrate(
+    dataset: str | os.PathLike,
+    task: str,
+    out: str | os.PathLike,
+    space: ParameterSpace | None = None,
+    config: CalibrationConfig | None = None,
+    progress: bool = True,
+    report: bool = True,
+) -> dict:
     """Calibrate (see module docstring); returns the result JSON's content.
 
     Safe by default: the delay is profiled, the method runs on the fit episodes, and the result is the
@@ -245,8 +309,10 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
     if space is None:
         free = default_free(fit)
         if not free:
-            raise ValueError(f"no arm joint moves by {0.05} rad or more in the fit episodes of {dataset}; "
-                             f"nothing to calibrate from (pass a space with the parameters to fit)")
+            raise ValueError(
+                f"no arm joint moves by {0.05} rad or more in the fit episodes of {dataset}; "
+                f"nothing to calibrate from (pass a space with the parameters to fit)"
+            )
         space = ParameterSpace(frozen=[n for n in parameter_names() if n not in free])
     start_space = space
     start = space.normalise(space.values_of(space.base))
@@ -279,7 +345,10 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
         t = time.perf_counter()
         L = space.base.latency_steps
         near = [c for c in cfg.latency_candidates if abs(c - L) <= 1]
-        latency_scores = {"at_start": latency_scores, "at_result": profile_latency(fit, task, space, res.theta, near)[1]}
+        latency_scores = {
+            "at_start": latency_scores,
+            "at_result": profile_latency(fit, task, space, res.theta, near)[1],
+        }
         times["latency_check_s"] = time.perf_counter() - t
     t_total = sum(times.values())
     method_physics = space.to_physics(method_values)
@@ -295,41 +364,64 @@ def calibrate(dataset: str | os.PathLike, task: str, out: str | os.PathLike, spa
     values = method_values if improved else start_space.values_of(start_physics)
     evaluation_s = time.perf_counter() - t
     n_held = len(held)
-    message = (f"calibration improved the held-out open-loop replay error on {n_held} episode(s) the method did "
-               f"not fit: {score(before):.5f} -> {score(found):.5f} (TCP translation m + rotation rad)") if improved \
-        else (f"calibration found nothing better than the starting physics: on {n_held} held-out episode(s) the "
-              f"method's result scored {score(found):.5f} vs {score(before):.5f} at the start (TCP translation m + "
-              f"rotation rad), so the result keeps the starting physics")
+    message = (
+        (
+            f"calibration improved the held-out open-loop replay error on {n_held} episode(s) the method did "
+            f"not fit: {score(before):.5f} -> {score(found):.5f} (TCP translation m + rotation rad)"
+        )
+        if improved
+        else (
+            f"calibration found nothing better than the starting physics: on {n_held} held-out episode(s) the "
+            f"method's result scored {score(found):.5f} vs {score(before):.5f} at the start (TCP translation m + "
+            f"rotation rad), so the result keeps the starting physics"
+        )
+    )
     std = None
     if res.std_u is not None and improved:  # normalised spread -> physical units through the local slope of the scaling
-        slope = (space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1)))
+        slope = space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1))
         step = np.clip(res.theta + 1e-4, 0, 1) - np.clip(res.theta - 1e-4, 0, 1)
         std = dict(zip(space.names, (np.abs(slope / step) * res.std_u).tolist()))
     result_json = {
         "values": physics.to_dict(),
         "calibrated": dict(zip(space.names, np.asarray(values).tolist())),
         "nominal": dict(zip(space.names, start_space.values_of(start_physics).tolist())),
-        "latency_steps": {"calibrated": physics.latency_steps, "start": start_physics.latency_steps,
-                          "method_result": method_physics.latency_steps,
-                          "profile": latency_scores, "candidates": list(cfg.latency_candidates)},
-        "acceptance": {"improved": bool(improved), "message": message, "held_out_episodes": n_held,
-                       "score_start": score(before), "score_method_result": score(found),
-                       "judged_on": "test_dataset" if cfg.test_dataset else "held-out share of the dataset"},
+        "latency_steps": {
+            "calibrated": physics.latency_steps,
+            "start": start_physics.latency_steps,
+            "method_result": method_physics.latency_steps,
+            "profile": latency_scores,
+            "candidates": list(cfg.latency_candidates),
+        },
+        "acceptance": {
+            "improved": bool(improved),
+            "message": message,
+            "held_out_episodes": n_held,
+            "score_start": score(before),
+            "score_method_result": score(found),
+            "judged_on": "test_dataset" if cfg.test_dataset else "held-out share of the dataset",
+        },
         "method_result": {"values": method_physics.to_dict(), "held_out_errors": found},
         "bounds": {p.name: [p.low, p.high] for p in space.params},
         "frozen": list(space.frozen),
         "method": cfg.method,
         "task": task,
         "config": asdict(cfg),
-        "dataset": {"path": str(Path(dataset).resolve()), "sha256": dataset_hash(episodes),
-                    "fit_episodes": [e.index for e in fit], "held_out_episodes": [e.index for e in held],
-                    **({"test_dataset": str(Path(cfg.test_dataset).resolve())} if cfg.test_dataset else {})},
+        "dataset": {
+            "path": str(Path(dataset).resolve()),
+            "sha256": dataset_hash(episodes),
+            "fit_episodes": [e.index for e in fit],
+            "held_out_episodes": [e.index for e in held],
+            **({"test_dataset": str(Path(cfg.test_dataset).resolve())} if cfg.test_dataset else {}),
+        },
         "held_out_errors": {"before": before, "after": after},
         "wall_time_s": dict(times, total=t_total, held_out_evaluation=evaluation_s),
         "uncertainty": std,
-        "uncertainty_kind": {"physaligner": None,
-                             "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
-                             "cmaes": "CMA-ES final standard deviations", "sa": None}[cfg.method],
+        "uncertainty_kind": {
+            "physaligner": None,
+            "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
+            "cmaes": "CMA-ES final standard deviations",
+            "sa": None,
+        }[cfg.method],
         "unconstrained": unconstrained(space.names, res.curvature, res.loss),
         "search_history": [list(h) for h in res.history],
         "snapshots": [[t_, list(map(float, th))] for t_, th in res.snapshots],

@@ -22,8 +22,7 @@ def _quat_to_mat(q: np.ndarray) -> np.ndarray:
 
 def _axis_angle(axis: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
     """Rodrigues' formula: (..., 3, 3) rotations by ``angle`` (...) about unit ``axis`` (3)."""
-    k = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]],
-                     dtype=angle.dtype)
+    k = torch.tensor([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]], dtype=angle.dtype)
     s, c = torch.sin(angle)[..., None, None], torch.cos(angle)[..., None, None]
     return torch.eye(3, dtype=angle.dtype) + s * k + (1 - c) * (k @ k)
 
@@ -44,12 +43,21 @@ class ArmFK(torch.nn.Module):
             links = []
             for b in reversed(chain):
                 joint = int(model.body_jntadr[b]) if model.body_jntnum[b] else -1
-                links.append((torch.tensor(model.body_pos[b], dtype=torch.float64),
-                              torch.tensor(_quat_to_mat(model.body_quat[b]), dtype=torch.float64),
-                              torch.tensor(model.jnt_axis[joint], dtype=torch.float64) if joint >= 0 else None,
-                              joint))
-            self.chains.append((links, torch.tensor(model.site_pos[site], dtype=torch.float64),
-                                torch.tensor(_quat_to_mat(model.site_quat[site]), dtype=torch.float64)))
+                links.append(
+                    (
+                        torch.tensor(model.body_pos[b], dtype=torch.float64),
+                        torch.tensor(_quat_to_mat(model.body_quat[b]), dtype=torch.float64),
+                        torch.tensor(model.jnt_axis[joint], dtype=torch.float64) if joint >= 0 else None,
+                        joint,
+                    )
+                )
+            self.chains.append(
+                (
+                    links,
+                    torch.tensor(model.site_pos[site], dtype=torch.float64),
+                    torch.tensor(_quat_to_mat(model.site_quat[site]), dtype=torch.float64),
+                )
+            )
         # Which entry of the 14-D joint vector drives each joint id.
         qpos_of_joint = {int(model.jnt_qposadr[j]): j for j in range(model.njnt)}
         self.column = {qpos_of_joint[int(a)]: i for i, a in enumerate(idx.joint_qpos)}

@@ -20,7 +20,9 @@ from embodied_gym.physaligner.space import ParameterSpace
 
 def _mean_errors(replays) -> dict[str, float]:
     rows = [r.summary() for r in replays]
-    return {k: float(np.mean([r[k] for r in rows])) for k in ("translation_error_m", "rotation_error_rad", "joint_rmse_rad")}
+    return {
+        k: float(np.mean([r[k] for r in rows])) for k in ("translation_error_m", "rotation_error_rad", "joint_rmse_rad")
+    }
 
 
 def score(errors: dict[str, float]) -> float:
@@ -34,8 +36,7 @@ class ReplayObjective:
     def __init__(self, episodes: list[Episode], task: str, space: ParameterSpace):
         self.episodes = episodes
         self.space = space
-        self.env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=space.base,
-                            terminate_on_success=False)
+        self.env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=space.base, terminate_on_success=False)
         self.task = task
         self.evaluations = 0
 

@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from embodied_gym.sim import robot as layout
 from embodied_gym.physaligner.fk import ArmFK
 from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.physaligner.surrogate import Surrogate
+from embodied_gym.sim import robot as layout
 
 
 @dataclass
@@ -49,8 +49,13 @@ class RefineResult:
     restarts: list[dict] = field(default_factory=list)  # per restart: start, theta, val_loss, curve
 
 
-def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: RefineConfig,
-                    target_pose: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def trajectory_loss(
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    fk: ArmFK,
+    cfg: RefineConfig,
+    target_pose: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """``target_pose``: ``fk(target)`` when the caller has it already (it does not change between steps)."""
     arm = torch.as_tensor(layout.ARM_INDICES)
     joint = ((pred[:, arm] - target[:, arm]) ** 2).mean()
@@ -59,21 +64,27 @@ def trajectory_loss(pred: torch.Tensor, target: torch.Tensor, fk: ArmFK, cfg: Re
     p_real, r_real = target_pose if target_pose is not None else fk(target[:, :14])
     translation = ((p_pred - p_real) ** 2).sum(-1).mean()
     rotation = (((r_pred - r_real) ** 2).sum((-2, -1)) / 8.0).mean()
-    return (cfg.w_joint * joint + cfg.w_velocity * velocity + cfg.w_translation * translation
-            + cfg.w_rotation * rotation)
+    return cfg.w_joint * joint + cfg.w_velocity * velocity + cfg.w_translation * translation + cfg.w_rotation * rotation
 
 
 def windows(episode: np.ndarray, horizon: int) -> np.ndarray:
     """(W, horizon) row indices of consecutive transitions inside one episode, windows overlapping by half."""
     stride = max(1, horizon // 2)
-    starts = [i for i in range(0, len(episode) - horizon + 1, stride)
-              if episode[i] == episode[i + horizon - 1]]
+    starts = [i for i in range(0, len(episode) - horizon + 1, stride) if episode[i] == episode[i + horizon - 1]]
     return np.asarray(starts, dtype=np.int64)[:, None] + np.arange(horizon)[None, :]
 
 
-def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.ndarray, action: np.ndarray,
-           next_state: np.ndarray, config: RefineConfig | None = None, progress: bool = False,
-           episode: np.ndarray | None = None) -> RefineResult:
+def refine(
+    surrogate: Surrogate,
+    fk: ArmFK,
+    space: ParameterSpace,
+    state: np.ndarray,
+    action: np.ndarray,
+    next_state: np.ndarray,
+    config: RefineConfig | None = None,
+    progress: bool = False,
+    episode: np.ndarray | None = None,
+) -> RefineResult:
     """Best θ over restarts (see module docstring); inputs are the *real* transitions, in episode order
     (``episode`` gives each row's episode; needed when ``config.horizon > 1``)."""
     cfg = config or RefineConfig()
@@ -93,7 +104,7 @@ def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.nda
     n = len(rows)
     held = np.zeros(n, dtype=bool)
     held[rng.permutation(n)[: max(1, int(round(cfg.val_fraction * n)))]] = True
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)
     # A batch: first state (W, 28), actions (W, h, 14), targets (W, h, 28).
     tr = [as_t(state[rows[~held, 0]]), as_t(action[rows[~held]]), as_t(next_state[rows[~held]])]
     va = [as_t(state[rows[held, 0]]), as_t(action[rows[held]]), as_t(next_state[rows[held]])]
@@ -109,8 +120,9 @@ def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.nda
             s = surrogate(theta, s, a[:, j])
             preds.append(s)
         pred = torch.stack(preds, dim=1).reshape(-1, target.shape[-1])
-        return trajectory_loss(pred.to(torch.float64), target.reshape(-1, target.shape[-1]).to(torch.float64),
-                               fk, cfg, poses[id(batch)])
+        return trajectory_loss(
+            pred.to(torch.float64), target.reshape(-1, target.shape[-1]).to(torch.float64), fk, cfg, poses[id(batch)]
+        )
 
     base = np.clip(space.normalise(space.values_of(space.base)), 0.02, 0.98)
     starts = [base] + [rng.uniform(0.05, 0.95, space.dim) for _ in range(cfg.restarts - 1)]
@@ -136,8 +148,14 @@ def refine(surrogate: Surrogate, fk: ArmFK, space: ParameterSpace, state: np.nda
                 if since >= cfg.patience:
                     break
         bar.update(cfg.steps - len(curve))  # early stop: the rest of this restart's steps are skipped
-        results.append({"start": start.tolist(), "theta": torch.sigmoid(best_z).numpy().astype(np.float64).tolist(),
-                        "val_loss": best, "curve": curve})
+        results.append(
+            {
+                "start": start.tolist(),
+                "theta": torch.sigmoid(best_z).numpy().astype(np.float64).tolist(),
+                "val_loss": best,
+                "curve": curve,
+            }
+        )
     bar.close()
     best = min(results, key=lambda r: r["val_loss"])
     theta = np.asarray(best["theta"])
@@ -178,8 +196,9 @@ def _torch_physical(space: ParameterSpace):
     lo = torch.tensor([p.low for p in space.params], dtype=torch.float64)
     hi = torch.tensor([p.high for p in space.params], dtype=torch.float64)
     log = torch.tensor([p.log for p in space.params])
-    ratio = torch.where(log, torch.log(torch.where(log, hi / lo.clamp_min(1e-300), torch.ones_like(hi))),
-                        torch.zeros_like(hi))
+    ratio = torch.where(
+        log, torch.log(torch.where(log, hi / lo.clamp_min(1e-300), torch.ones_like(hi))), torch.zeros_like(hi)
+    )
     return lambda u: torch.where(log, lo * torch.exp(u * ratio), lo + u * (hi - lo))
 
 
@@ -188,9 +207,9 @@ class _AppliedTargets:
     (:func:`~embodied_gym.sim.core.applied_targets` with ``xp=torch``, all episodes at once)."""
 
     def __init__(self, space: ParameterSpace, state, action, episode):
-        from embodied_gym.sim.physics import ARM_JOINT_NAMES
-        from embodied_gym.sim.core import effects_from_physics
         from embodied_gym.physaligner.transitions import episode_starts
+        from embodied_gym.sim.core import effects_from_physics
+        from embodied_gym.sim.physics import ARM_JOINT_NAMES
 
         starts = episode_starts(episode)
         first = np.unique(starts)
@@ -200,10 +219,10 @@ class _AppliedTargets:
         T = int(lengths.max())
         cmds = np.empty((T, len(first), action.shape[1]))
         for e, (s0, n) in enumerate(zip(first, lengths)):
-            cmds[:n, e] = action[s0:s0 + n]
+            cmds[:n, e] = action[s0 : s0 + n]
             cmds[n:, e] = action[s0 + n - 1]
         self.cmds = torch.as_tensor(cmds)
-        self.initial = torch.as_tensor(state[first, :action.shape[1]])
+        self.initial = torch.as_tensor(state[first, : action.shape[1]])
         eff = effects_from_physics(space.base)
         self.latency = eff.latency_steps
         self.base14 = torch.as_tensor(eff.backlash)
@@ -221,9 +240,19 @@ class _AppliedTargets:
         return out[torch.as_tensor(self.t_of_row[rows]), torch.as_tensor(self.e_of_row[rows])]
 
 
-def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, start: np.ndarray,
-                 config: TrustRegionConfig | None = None, loss_config: RefineConfig | None = None,
-                 budget_s: float | None = None, checkpoint=None, progress: bool = False) -> dict:
+def trust_region(
+    sim,
+    fk: ArmFK,
+    space: ParameterSpace,
+    episodes,
+    real_loss,
+    start: np.ndarray,
+    config: TrustRegionConfig | None = None,
+    loss_config: RefineConfig | None = None,
+    budget_s: float | None = None,
+    checkpoint=None,
+    progress: bool = False,
+) -> dict:
     """PhysAligner (arXiv 2507.05198, Sec. 3.2) as a trust-region method, see :class:`TrustRegionConfig`.
 
     Each iteration: (1) dense one-step rollouts in the real simulator from recorded states, one θ per
@@ -254,13 +283,21 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
     n_all, dim = len(state), space.dim
     rng = np.random.default_rng(cfg.seed)
     sobol = qmc.Sobol(d=dim, scramble=True, seed=cfg.seed)
-    st = {"centre": np.asarray(start, float).tolist(), "radius": cfg.radius, "iteration": 0, "stall": 0,
-          "elapsed_s": 0.0, "history": [], "snapshots": [], "iterations": []}
+    st = {
+        "centre": np.asarray(start, float).tolist(),
+        "radius": cfg.radius,
+        "iteration": 0,
+        "stall": 0,
+        "elapsed_s": 0.0,
+        "history": [],
+        "snapshots": [],
+        "iterations": [],
+    }
     if checkpoint is not None and os.path.exists(checkpoint):
         st = json.loads(open(checkpoint).read())
         rng = np.random.default_rng([cfg.seed, st["iteration"]])
     elapsed0 = st["elapsed_s"]
-    clock = lambda: elapsed0 + time.perf_counter() - t0  # noqa: E731
+    clock = lambda: elapsed0 + time.perf_counter() - t0
     c = np.asarray(st["centre"])
     if "loss" not in st:
         st["loss"] = float(real_loss(c))
@@ -268,8 +305,9 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
         st["snapshots"].append([clock(), c.tolist()])
     f_c, rho = st["loss"], st["radius"]
     last = None
-    bar = tqdm(total=cfg.iterations, initial=st["iteration"], desc="physaligner trust region", unit="it",
-               disable=not progress)
+    bar = tqdm(
+        total=cfg.iterations, initial=st["iteration"], desc="physaligner trust region", unit="it", disable=not progress
+    )
     while st["iteration"] < cfg.iterations and rho >= cfg.min_radius and st["stall"] < cfg.patience:
         # Stop when the next iteration (as long as the last one) would overrun the budget.
         if budget_s is not None and clock() + st.get("last_iteration_s", 0.0) > budget_s:
@@ -293,9 +331,14 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
         x_state = np.concatenate([state[rows[rep]], state[rows]])
         x_action = np.concatenate([np.concatenate([a_th, a_th - a_c[rep]], 1), np.concatenate([a_c, 0 * a_c], 1)])
         y = np.concatenate([state[rows[rep]] + s_th - s_c[rep], state[rows]])
-        surrogate, log = train_on_rows(x_theta, x_state, x_action, y, groups=np.concatenate([rows[rep], rows]),
-                                       train=SurrogateTrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size,
-                                                                  seed=cfg.seed + k))
+        surrogate, log = train_on_rows(
+            x_theta,
+            x_state,
+            x_action,
+            y,
+            groups=np.concatenate([rows[rep], rows]),
+            train=SurrogateTrainConfig(epochs=cfg.epochs, batch_size=cfg.batch_size, seed=cfg.seed + k),
+        )
         surrogate.eval()
         for p in surrogate.parameters():
             p.requires_grad_(False)
@@ -342,17 +385,27 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
                 candidate, f_new, backtracked = half, f_half, True
         accepted = f_new < f_c
         gain = (f_c - f_new) / max(f_c, 1e-12)
-        st["iterations"].append({"iteration": k, "radius": rho, "surrogate_val_mse": log["val_mse"][-1],
-                                 "predicted_loss_centre": predicted_c, "predicted_loss_step": best,
-                                 "real_loss_centre": f_c, "real_loss_step": f_new, "accepted": bool(accepted),
-                                 "half_step": backtracked})
+        st["iterations"].append(
+            {
+                "iteration": k,
+                "radius": rho,
+                "surrogate_val_mse": log["val_mse"][-1],
+                "predicted_loss_centre": predicted_c,
+                "predicted_loss_step": best,
+                "real_loss_centre": f_c,
+                "real_loss_step": f_new,
+                "accepted": bool(accepted),
+                "half_step": backtracked,
+            }
+        )
         if backtracked and accepted:
             c, f_c = candidate, f_new
             rho *= 0.5  # the full step overshot: a smaller box next time
             st["snapshots"].append([clock(), c.tolist()])
         elif accepted:
-            at_edge = np.any((np.abs(candidate - lo) < 0.05 * rho) & (lo > 0) |
-                             (np.abs(candidate - hi) < 0.05 * rho) & (hi < 1))
+            at_edge = np.any(
+                (np.abs(candidate - lo) < 0.05 * rho) & (lo > 0) | (np.abs(candidate - hi) < 0.05 * rho) & (hi < 1)
+            )
             c, f_c = candidate, f_new
             rho = min(cfg.max_radius, rho * 1.5) if at_edge else rho
             st["snapshots"].append([clock(), c.tolist()])
@@ -360,8 +413,14 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
             rho *= 0.5
         st["stall"] = 0 if gain >= cfg.tolerance else st["stall"] + 1
         st["history"].append([k + 2, clock(), f_c])
-        st.update(centre=c.tolist(), loss=f_c, radius=rho, iteration=k + 1, elapsed_s=clock(),
-                  last_iteration_s=time.perf_counter() - t_it)
+        st.update(
+            centre=c.tolist(),
+            loss=f_c,
+            radius=rho,
+            iteration=k + 1,
+            elapsed_s=clock(),
+            last_iteration_s=time.perf_counter() - t_it,
+        )
         last = (loss_at, c_t if not accepted else torch.as_tensor(c))
         if checkpoint is not None:
             write_json(checkpoint, st)
@@ -373,13 +432,28 @@ def trust_region(sim, fk: ArmFK, space: ParameterSpace, episodes, real_loss, sta
         loss_at, at = last
         curvature = np.diag(torch.autograd.functional.hessian(loss_at, at.to(torch.float64)).numpy())
         loss = float(loss_at(at))
-    return {"theta": c, "loss": f_c, "history": [tuple(h) for h in st["history"]],
-            "snapshots": [tuple(s) for s in st["snapshots"]], "iterations": st["iterations"],
-            "curvature": curvature, "surrogate_loss": loss, "elapsed_s": st["elapsed_s"]}
+    return {
+        "theta": c,
+        "loss": f_c,
+        "history": [tuple(h) for h in st["history"]],
+        "snapshots": [tuple(s) for s in st["snapshots"]],
+        "iterations": st["iterations"],
+        "curvature": curvature,
+        "surrogate_loss": loss,
+        "elapsed_s": st["elapsed_s"],
+    }
 
 
-def one_step_loss(sim, fk: ArmFK, episodes, theta_u: np.ndarray, physics=None, max_transitions: int = 2000,
-                  config: RefineConfig | None = None, seed: int = 0) -> float:
+def one_step_loss(
+    sim,
+    fk: ArmFK,
+    episodes,
+    theta_u: np.ndarray,
+    physics=None,
+    max_transitions: int = 2000,
+    config: RefineConfig | None = None,
+    seed: int = 0,
+) -> float:
     """The stage-3 loss (:func:`trajectory_loss`) of the *real* one-step simulator: every (or a seeded
     subset of ``max_transitions``) recorded transition simulated from its recorded state under θ (or a
     whole ``physics``, latency and backlash included) and compared with the recorded next state."""
@@ -403,4 +477,6 @@ def one_step_loss(sim, fk: ArmFK, episodes, theta_u: np.ndarray, physics=None, m
             sim.place(layouts.get(int(current), {}))
         out[i] = sim.step(state[r], applied[i])
     with torch.no_grad():
-        return float(trajectory_loss(torch.as_tensor(out), torch.as_tensor(next_rec[rows]), fk, config or RefineConfig()))
+        return float(
+            trajectory_loss(torch.as_tensor(out), torch.as_tensor(next_rec[rows]), fk, config or RefineConfig())
+        )

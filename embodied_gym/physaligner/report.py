@@ -42,18 +42,34 @@ def plot_paths(rows: list[tuple[str, ReplayResult, ReplayResult]], path: Path) -
                 continue
             for ax, (a, b), view in ((axes[i, 0], (0, 1), "top (x, y)"), (axes[i, 1], (0, 2), "side (x, z)")):
                 ax.plot(real[:, a], real[:, b], "k-", lw=2, label=f"{layout.ARMS[arm]} recorded")
-                ax.plot(nominal.sim_ee[:, sl][:, a], nominal.sim_ee[:, sl][:, b], "--", color="tab:red",
-                        label=f"{layout.ARMS[arm]} nominal")
-                ax.plot(calibrated.sim_ee[:, sl][:, a], calibrated.sim_ee[:, sl][:, b], "-", color="tab:green",
-                        label=f"{layout.ARMS[arm]} calibrated")
+                ax.plot(
+                    nominal.sim_ee[:, sl][:, a],
+                    nominal.sim_ee[:, sl][:, b],
+                    "--",
+                    color="tab:red",
+                    label=f"{layout.ARMS[arm]} nominal",
+                )
+                ax.plot(
+                    calibrated.sim_ee[:, sl][:, a],
+                    calibrated.sim_ee[:, sl][:, b],
+                    "-",
+                    color="tab:green",
+                    label=f"{layout.ARMS[arm]} calibrated",
+                )
                 ax.set_title(f"{name}: {view}")
                 ax.set_xlabel("x (m)")
                 ax.set_ylabel("y (m)" if b == 1 else "z (m)")
                 ax.set_aspect("equal", adjustable="datalim")
         n, c = nominal.summary(), calibrated.summary()
-        axes[i, 1].text(0.02, 0.02, f"TCP error: nominal {n['translation_error_m'] * 100:.2f} cm / "
-                        f"{n['rotation_error_rad']:.3f} rad; calibrated {c['translation_error_m'] * 100:.2f} cm / "
-                        f"{c['rotation_error_rad']:.3f} rad", transform=axes[i, 1].transAxes, fontsize=8)
+        axes[i, 1].text(
+            0.02,
+            0.02,
+            f"TCP error: nominal {n['translation_error_m'] * 100:.2f} cm / "
+            f"{n['rotation_error_rad']:.3f} rad; calibrated {c['translation_error_m'] * 100:.2f} cm / "
+            f"{c['rotation_error_rad']:.3f} rad",
+            transform=axes[i, 1].transAxes,
+            fontsize=8,
+        )
     axes[0, 0].legend(fontsize=7)
     _savefig(fig, path)
 
@@ -83,8 +99,11 @@ def plot_losses(result: dict, path: Path) -> None:
         h = np.asarray(result["search_history"])
         if len(h):
             b.plot(h[:, 0], h[:, 2])
-        b.set(title=f"{result['method']}: best fit loss", xlabel="objective evaluations",
-              ylabel="translation (m) + rotation (rad)" if result["method"] != "sysid" else "‖residual‖²")
+        b.set(
+            title=f"{result['method']}: best fit loss",
+            xlabel="objective evaluations",
+            ylabel="translation (m) + rotation (rad)" if result["method"] != "sysid" else "‖residual‖²",
+        )
     _savefig(fig, path)
 
 
@@ -97,7 +116,7 @@ def plot_error_vs_time(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     err = result["held_out_errors"]
     total = result["wall_time_s"]["total"]
-    score = lambda e: e["translation_error_m"] + e["rotation_error_rad"]  # noqa: E731
+    score = lambda e: e["translation_error_m"] + e["rotation_error_rad"]
     ax.plot([0, total], [score(err["before"]), score(err["after"])], "o--", label="held out: before, after")
     h = np.asarray(result["search_history"])
     if len(h) and result["method"] != "sysid":  # sysid's loss is a squared residual, another unit
@@ -108,8 +127,11 @@ def plot_error_vs_time(result: dict, path: Path) -> None:
             t += secs
             ax.axvline(t, color="grey", lw=0.5)
             ax.text(t, ax.get_ylim()[1], stage.split("_")[0], fontsize=7, ha="right", va="top")
-    ax.set(xlabel="wall time (s)", ylabel="TCP translation (m) + rotation (rad)",
-           title=f"{result['method']}: open-loop replay error vs wall time")
+    ax.set(
+        xlabel="wall time (s)",
+        ylabel="TCP translation (m) + rotation (rad)",
+        title=f"{result['method']}: open-loop replay error vs wall time",
+    )
     ax.legend(fontsize=8)
     _savefig(fig, path)
 
@@ -124,8 +146,13 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
     calibrated = PhysicsParams.from_dict(result["values"])
     rows = []
     for ep in held[:episodes_in_plot]:
-        rows.append((f"held-out episode {ep.index}", replay_episode(ep, result["task"]),
-                     replay_episode(ep, result["task"], physics=calibrated)))
+        rows.append(
+            (
+                f"held-out episode {ep.index}",
+                replay_episode(ep, result["task"]),
+                replay_episode(ep, result["task"], physics=calibrated),
+            )
+        )
     plot_paths(rows, paths_png)
     plot_losses(result, loss_png)
     plot_error_vs_time(result, time_png)
@@ -147,9 +174,15 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         f"| calibrated | {a['translation_error_m'] * 100:.3f} | {a['rotation_error_rad']:.4f} | {a['joint_rmse_rad']:.4f} |",
         "",
         *([f"**{result['acceptance']['message']}**.", ""] if result.get("acceptance") else []),
-        *([f"Actuation delay: {result['latency_steps']['calibrated']} control step(s) "
-           f"(start {result['latency_steps']['start']}; profiled over {result['latency_steps']['candidates']}).", ""]
-          if result.get("latency_steps") else []),
+        *(
+            [
+                f"Actuation delay: {result['latency_steps']['calibrated']} control step(s) "
+                f"(start {result['latency_steps']['start']}; profiled over {result['latency_steps']['candidates']}).",
+                "",
+            ]
+            if result.get("latency_steps")
+            else []
+        ),
         "## Wall time",
         "",
         "| stage | seconds |",
@@ -166,20 +199,33 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
     for n in free:
         lo, hi = result["bounds"][n]
         pm = f"{unc[n]:.4g}" if n in unc else "–"
-        lines.append(f"| {n} | {result['nominal'][n]:.4g} | {result['calibrated'][n]:.4g} | {lo:.4g} | {hi:.4g} | {pm} |")
+        lines.append(
+            f"| {n} | {result['nominal'][n]:.4g} | {result['calibrated'][n]:.4g} | {lo:.4g} | {hi:.4g} | {pm} |"
+        )
     lines.append("")
     loose = result.get("unconstrained")
     if loose is None:
-        lines.append("Which parameters the data constrains: not estimated for this method "
-                     "(physaligner and sysid estimate it from the loss curvature).")
+        lines.append(
+            "Which parameters the data constrains: not estimated for this method "
+            "(physaligner and sysid estimate it from the loss curvature)."
+        )
     elif loose:
-        lines.append(f"**Not constrained by this data** (moving one by 10 % of its range changes the fit loss by "
-                     f"< 1 %): {', '.join(loose)}. Their calibrated values are guesses; record motions that "
-                     f"exercise them (other joints, faster moves, contact) to pin them down.")
+        lines.append(
+            f"**Not constrained by this data** (moving one by 10 % of its range changes the fit loss by "
+            f"< 1 %): {', '.join(loose)}. Their calibrated values are guesses; record motions that "
+            f"exercise them (other joints, faster moves, contact) to pin them down."
+        )
     else:
         lines.append("Every free parameter is constrained by the data (10 % of its range moves the loss by ≥ 1 %).")
-    lines += ["", f"![TCP paths]({paths_png.name})", "", f"![losses]({loss_png.name})", "",
-              f"![error vs wall time]({time_png.name})", ""]
+    lines += [
+        "",
+        f"![TCP paths]({paths_png.name})",
+        "",
+        f"![losses]({loss_png.name})",
+        "",
+        f"![error vs wall time]({time_png.name})",
+        "",
+    ]
     md = Path(f"{stem}.report.md")
     write_text(md, "\n".join(lines))
     return md

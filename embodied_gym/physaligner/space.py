@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -87,8 +87,12 @@ def default_free(episodes, threshold: float = MOVED_JOINT_RANGE) -> list[str]:
 class ParameterSpace:
     """Free parameters with bounds around a base :class:`PhysicsParams` (nominal by default)."""
 
-    def __init__(self, base: PhysicsParams | None = None, bounds: dict[str, Sequence[float]] | None = None,
-                 frozen: Iterable[str] = ()):
+    def __init__(
+        self,
+        base: PhysicsParams | None = None,
+        bounds: dict[str, Sequence[float]] | None = None,
+        frozen: Iterable[str] = (),
+    ):
         self.base = base or PhysicsParams()
         names = parameter_names()
         known = set(names)
@@ -96,8 +100,10 @@ class ParameterSpace:
         frozen = set(frozen)
         unknown = sorted((set(bounds) | frozen) - known)
         if unknown:
-            raise ValueError(f"unknown parameter name(s) {unknown}; valid names look like 'kp.left_waist', "
-                             f"'damping.right_elbow', 'gripper_kp' (all: {names})")
+            raise ValueError(
+                f"unknown parameter name(s) {unknown}; valid names look like 'kp.left_waist', "
+                f"'damping.right_elbow', 'gripper_kp' (all: {names})"
+            )
         problems = []
         params = []
         for n in names:
@@ -115,7 +121,7 @@ class ParameterSpace:
         self.params = tuple(params)
 
     @classmethod
-    def with_free(cls, free: Iterable[str] | None, base: PhysicsParams | None = None) -> "ParameterSpace":
+    def with_free(cls, free: Iterable[str] | None, base: PhysicsParams | None = None) -> ParameterSpace:
         """The space where only ``free`` (parameter names) are calibrated; all of them when None or ``["all"]``.
 
         Raises:
@@ -128,11 +134,13 @@ class ParameterSpace:
             return cls(base=base)
         unknown = [n for n in free if n not in parameter_names()]
         if unknown:
-            raise ValueError(f"unknown parameter(s) {unknown}; names look like kp.left_waist, damping.right_elbow, "
-                             f"gripper_kp (all: {parameter_names()})")
+            raise ValueError(
+                f"unknown parameter(s) {unknown}; names look like kp.left_waist, damping.right_elbow, "
+                f"gripper_kp (all: {parameter_names()})"
+            )
         return cls(base=base, frozen=[n for n in parameter_names() if n not in free])
 
-    def with_base(self, base: PhysicsParams) -> "ParameterSpace":
+    def with_base(self, base: PhysicsParams) -> ParameterSpace:
         """The same free parameters, boxes and frozen set around another base (e.g. another delay)."""
         bounds = {p.name: (p.low, p.high) for p in self.params}
         for n in self.frozen:  # frozen parameters keep their own default box, around the new base
@@ -190,11 +198,14 @@ class ParameterSpace:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
-        return {"bounds": {p.name: [p.low, p.high] for p in self.params}, "frozen": list(self.frozen),
-                "base": self.base.to_dict()}
+        return {
+            "bounds": {p.name: [p.low, p.high] for p in self.params},
+            "frozen": list(self.frozen),
+            "base": self.base.to_dict(),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ParameterSpace":
+    def from_dict(cls, d: dict) -> ParameterSpace:
         return cls(PhysicsParams.from_dict(d.get("base", {})), d.get("bounds"), d.get("frozen", ()))
 
     def fingerprint(self) -> str:

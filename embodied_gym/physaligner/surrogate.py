@@ -9,6 +9,7 @@ Saved as ``surrogate.safetensors`` (weights and normalisation statistics) plus
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -51,7 +52,7 @@ class Surrogate(nn.Module):
         n_in = c.theta_dim + c.state_dim + c.action_dim
         dims = [n_in] + [c.hidden] * c.layers
         blocks: list[nn.Module] = []
-        for a, b in zip(dims[:-1], dims[1:]):
+        for a, b in itertools.pairwise(dims):
             blocks += [nn.Linear(a, b), nn.SiLU()]
         blocks.append(nn.Linear(dims[-1], c.state_dim))
         self.net = nn.Sequential(*blocks)
@@ -76,7 +77,7 @@ class Surrogate(nn.Module):
         (folder / "surrogate.json").write_text(json.dumps(asdict(self.config), indent=2))
 
     @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike) -> "Surrogate":
+    def from_pretrained(cls, folder: str | os.PathLike) -> Surrogate:
         from safetensors.torch import load_file
 
         folder = Path(folder)
@@ -96,8 +97,12 @@ def _flatten(t: Transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return theta, state, action, t.next_state.reshape(k * n, -1)
 
 
-def train_surrogate(t: Transitions, config: SurrogateConfig | None = None,
-                    train: SurrogateTrainConfig | None = None, progress: bool = True) -> tuple[Surrogate, dict]:
+def train_surrogate(
+    t: Transitions,
+    config: SurrogateConfig | None = None,
+    train: SurrogateTrainConfig | None = None,
+    progress: bool = True,
+) -> tuple[Surrogate, dict]:
     """Fit a surrogate on stage-1 transitions; returns it and a log with train/validation MSE
     (standardised units) per epoch. Validation holds out whole transitions (all θ of them)."""
     train = train or SurrogateTrainConfig()
@@ -116,9 +121,16 @@ def train_surrogate(t: Transitions, config: SurrogateConfig | None = None,
     return _fit(Surrogate(config), tr, va, train, progress)
 
 
-def train_on_rows(theta: np.ndarray, state: np.ndarray, action: np.ndarray, next_state: np.ndarray,
-                  config: SurrogateConfig | None = None, train: SurrogateTrainConfig | None = None,
-                  progress: bool = False, groups: np.ndarray | None = None) -> tuple[Surrogate, dict]:
+def train_on_rows(
+    theta: np.ndarray,
+    state: np.ndarray,
+    action: np.ndarray,
+    next_state: np.ndarray,
+    config: SurrogateConfig | None = None,
+    train: SurrogateTrainConfig | None = None,
+    progress: bool = False,
+    groups: np.ndarray | None = None,
+) -> tuple[Surrogate, dict]:
     """Fit a surrogate on rows of (θ, s, a, s_next), one θ per row (dense stage 1). Validation holds
     out whole ``groups`` (default: rows) so it measures error on transitions it never saw."""
     train = train or SurrogateTrainConfig()
@@ -129,15 +141,16 @@ def train_on_rows(theta: np.ndarray, state: np.ndarray, action: np.ndarray, next
     names = np.unique(groups)
     val_names = rng.permutation(names)[: max(1, int(round(train.val_fraction * len(names))))]
     held = np.isin(groups, val_names)
-    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)  # noqa: E731
+    as_t = lambda x: torch.as_tensor(x, dtype=torch.float32)
     tr = [as_t(x[~held]) for x in (theta, state, action, next_state)]
     va = [as_t(x[held]) for x in (theta, state, action, next_state)]
     # Outputs that barely vary (joints the data does not move) must not dominate the standardised loss.
     return _fit(Surrogate(config), tr, va, train, progress, relative_floor=1e-2)
 
 
-def _fit(model: Surrogate, tr: list, va: list, train: SurrogateTrainConfig, progress: bool,
-         relative_floor: float = 0.0) -> tuple[Surrogate, dict]:
+def _fit(
+    model: Surrogate, tr: list, va: list, train: SurrogateTrainConfig, progress: bool, relative_floor: float = 0.0
+) -> tuple[Surrogate, dict]:
     """Standardise, then train with AdamW and a cosine schedule. ``relative_floor``: each output's
     scale is at least this fraction of the largest scale among the outputs of its kind (the first
     half of the state: positions; the second: velocities)."""
@@ -168,7 +181,7 @@ def _fit(model: Surrogate, tr: list, va: list, train: SurrogateTrainConfig, prog
         perm = torch.randperm(len(tr[0]))
         total, count = 0.0, 0
         for i in range(0, len(perm), train.batch_size):
-            idx = perm[i:i + train.batch_size]
+            idx = perm[i : i + train.batch_size]
             loss = mse([v[idx] for v in tr])
             opt.zero_grad()
             loss.backward()

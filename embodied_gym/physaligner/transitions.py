@@ -36,9 +36,9 @@ import numpy as np
 
 from embodied_gym.atomic import is_temporary, write_npz
 from embodied_gym.data.reader import Episode
+from embodied_gym.physaligner.space import ParameterSpace
 from embodied_gym.sim.core import SimCore
 from embodied_gym.sim.tasks import layout_from_poses, make_task
-from embodied_gym.physaligner.space import ParameterSpace
 
 STATE_DIM = 28
 CHUNK_SAMPLES = 8  # θ samples per stage-1 chunk (at least the worker count)
@@ -57,11 +57,17 @@ class Transitions:
     episode: np.ndarray  # (N,) episode index of each transition
 
     def save(self, path: str | os.PathLike) -> None:
-        write_npz(path, theta=self.theta, state=self.state, action=self.action, next_state=self.next_state,
-                  episode=self.episode)
+        write_npz(
+            path,
+            theta=self.theta,
+            state=self.state,
+            action=self.action,
+            next_state=self.next_state,
+            episode=self.episode,
+        )
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Transitions":
+    def load(cls, path: str | os.PathLike) -> Transitions:
         with np.load(path, allow_pickle=False) as f:
             return cls(**{k: f[k] for k in ("theta", "state", "action", "next_state", "episode")})
 
@@ -85,8 +91,14 @@ def episode_starts(episode: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(first, np.arange(len(episode)), 0))
 
 
-def applied_actions(state: np.ndarray, action: np.ndarray, episode: np.ndarray, latency_steps: int,
-                    backlash: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+def applied_actions(
+    state: np.ndarray,
+    action: np.ndarray,
+    episode: np.ndarray,
+    latency_steps: int,
+    backlash: np.ndarray,
+    rows: np.ndarray | None = None,
+) -> np.ndarray:
     """The targets the actuators track at each transition, through the actuator effects.
 
     ``state``/``action``/``episode``: transitions in episode order (:func:`episode_transitions`);
@@ -110,7 +122,7 @@ def applied_actions(state: np.ndarray, action: np.ndarray, episode: np.ndarray, 
         pick = np.flatnonzero(row_start == s0)
         end = int(rows[pick].max()) + 1
         b = backlash[pick] if per_row else backlash
-        applied = applied_targets(action[s0:end], state[s0, :action.shape[1]], latency_steps, b)
+        applied = applied_targets(action[s0:end], state[s0, : action.shape[1]], latency_steps, b)
         t = rows[pick] - s0
         out[pick] = applied[t, np.arange(len(pick))] if per_row else applied[t]
     return out
@@ -243,7 +255,9 @@ def _run_on_ray(jobs, theta, data, init_args, workers: int, address: str | None,
 
 
 def _run_key(episodes, task, space, samples, seed) -> str:
-    return hashlib.sha256(f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v2".encode()).hexdigest()
+    return hashlib.sha256(
+        f"{dataset_hash(episodes)}|{task}|{space.fingerprint()}|{samples}|{seed}|v2".encode()
+    ).hexdigest()
 
 
 _CHUNK_FILE = re.compile(r"chunk-(\d+)-(\d+)\.npz")
@@ -256,8 +270,7 @@ def _chunk_path(folder: Path, start: int, stop: int) -> Path:
 def _write_chunk(folder: Path, key: str, start: int, stop: int, theta: np.ndarray, next_state: np.ndarray) -> Path:
     """One finished block of θ samples ``start:stop``: the run's key, its θ rows and their next states."""
     path = _chunk_path(folder, start, stop)
-    write_npz(path, key=np.array(key), start=np.array(start), stop=np.array(stop), theta=theta,
-              next_state=next_state)
+    write_npz(path, key=np.array(key), start=np.array(start), stop=np.array(stop), theta=theta, next_state=next_state)
     return path
 
 
@@ -292,8 +305,10 @@ def _finished_chunks(folder: Path, key: str, theta: np.ndarray, n: int, dtype) -
             elif not (0 <= start < stop <= len(theta)) or not np.array_equal(got_theta, theta[start:stop]):
                 problem = f"its θ samples are not this run's samples {start}:{stop}"
             elif next_state.shape != (stop - start, n, STATE_DIM) or next_state.dtype != dtype:
-                problem = f"its array is {next_state.dtype}{list(next_state.shape)}, not {np.dtype(dtype)}" \
-                          f"{[stop - start, n, STATE_DIM]}"
+                problem = (
+                    f"its array is {next_state.dtype}{list(next_state.shape)}, not {np.dtype(dtype)}"
+                    f"{[stop - start, n, STATE_DIM]}"
+                )
         if problem:
             logger.warning("stage 1: discarding %s: %s; its θ samples are simulated again", path, problem)
             path.unlink(missing_ok=True)
@@ -315,10 +330,20 @@ def _plan_chunks(todo: list[int], size: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpace, samples: int, *,
-                         seed: int = 0, workers: int | None = None, cache_dir: str | os.PathLike | None = None,
-                         progress: bool = True, backend: str = "processes",
-                         ray_address: str | None = None, chunk_samples: int | None = None) -> Transitions:
+def simulate_transitions(
+    episodes: list[Episode],
+    task: str,
+    space: ParameterSpace,
+    samples: int,
+    *,
+    seed: int = 0,
+    workers: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    backend: str = "processes",
+    ray_address: str | None = None,
+    chunk_samples: int | None = None,
+) -> Transitions:
     """Stage 1 (see module docstring). ``workers`` defaults to the CPU count. ``backend='ray'`` runs the
     same jobs as Ray tasks: on a local Ray instance by default, on a cluster when ``ray_address`` is given
     (the cluster's workers need embodied-gym installed). With ``cache_dir``, finished chunks of
@@ -347,16 +372,20 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
     plan = _plan_chunks(todo, size)
     n_chunks = resumed + len(plan)
     if rows:
-        logger.info("stage 1: resuming from %s: %d of %d θ samples already simulated (%d chunks)", folder,
-                    len(rows), samples, resumed)
+        logger.info(
+            "stage 1: resuming from %s: %d of %d θ samples already simulated (%d chunks)",
+            folder,
+            len(rows),
+            samples,
+            resumed,
+        )
     if folder is not None and plan:
         folder.mkdir(parents=True, exist_ok=True)
     chunk_of = {i: c for c, (a, b) in enumerate(plan) for i in range(a, b)}
     missing = [b - a for a, b in plan]
     written = 0
 
-    bar = tqdm(total=samples, initial=len(rows), desc="stage 1: simulating θ samples", unit="θ",
-               disable=not progress)
+    bar = tqdm(total=samples, initial=len(rows), desc="stage 1: simulating θ samples", unit="θ", disable=not progress)
     bar.set_postfix_str(f"chunks {resumed}/{n_chunks}" + (f" ({resumed} resumed)" if resumed else ""))
 
     def on_result(i: int, next_state: np.ndarray) -> None:
@@ -386,14 +415,16 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
             import multiprocessing as mp
 
             ctx = mp.get_context("spawn")  # MuJoCo and torch state do not survive fork safely
-            with ctx.Pool(min(workers, len(todo)), initializer=_init_pool_worker,
-                          initargs=(task, space.to_dict(), meta, data)) as pool:
+            with ctx.Pool(
+                min(workers, len(todo)), initializer=_init_pool_worker, initargs=(task, space.to_dict(), meta, data)
+            ) as pool:
                 for i, r in pool.imap_unordered(_simulate_index, [(i, theta[i]) for i in todo]):
                     on_result(i, r)
     finally:
         bar.close()
-    out = Transitions(theta=theta, state=state, action=action, next_state=np.stack([rows[i] for i in range(samples)]),
-                      episode=episode)
+    out = Transitions(
+        theta=theta, state=state, action=action, next_state=np.stack([rows[i] for i in range(samples)]), episode=episode
+    )
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
         out.save(cache)
@@ -402,8 +433,16 @@ def simulate_transitions(episodes: list[Episode], task: str, space: ParameterSpa
     return out
 
 
-def simulate_dense(sim: OneStepSimulator, theta_u: np.ndarray, state: np.ndarray, action: np.ndarray,
-                   episode: np.ndarray, rows: np.ndarray, layouts: dict, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def simulate_dense(
+    sim: OneStepSimulator,
+    theta_u: np.ndarray,
+    state: np.ndarray,
+    action: np.ndarray,
+    episode: np.ndarray,
+    rows: np.ndarray,
+    layouts: dict,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Stage 1 with dense θ (one parameter vector per transition): row ``rows[i]`` of the episode-ordered
     transitions is simulated under ``theta_u[i]``. Returns (next states (n, 28), applied targets (n, 14)).
 

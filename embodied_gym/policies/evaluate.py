@@ -50,8 +50,10 @@ class PairedComparison:
         return asdict(self)
 
     def summary(self, a: str = "a", b: str = "b") -> str:
-        return (f"{a} {self.rate_a:.0%} vs {b} {self.rate_b:.0%} on {self.n} paired seeds: {self.only_a} seeds only "
-                f"{a}, {self.only_b} only {b}; exact McNemar p = {self.p_value:.3g}")
+        return (
+            f"{a} {self.rate_a:.0%} vs {b} {self.rate_b:.0%} on {self.n} paired seeds: {self.only_a} seeds only "
+            f"{a}, {self.only_b} only {b}; exact McNemar p = {self.p_value:.3g}"
+        )
 
 
 def mcnemar_exact(only_a: int, only_b: int) -> float:
@@ -64,7 +66,7 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     if n == 0:
         return 1.0
     k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2.0 * tail)
 
 
@@ -82,16 +84,27 @@ def paired_comparison(a: dict[int, bool], b: dict[int, bool]) -> PairedCompariso
     only_a = sum(a[s] and not b[s] for s in seeds)
     only_b = sum(b[s] and not a[s] for s in seeds)
     n = len(seeds)
-    return PairedComparison(n=n, both=both, only_a=only_a, only_b=only_b, neither=n - both - only_a - only_b,
-                            rate_a=sum(a[s] for s in seeds) / n, rate_b=sum(b[s] for s in seeds) / n,
-                            p_value=mcnemar_exact(only_a, only_b))
+    return PairedComparison(
+        n=n,
+        both=both,
+        only_a=only_a,
+        only_b=only_b,
+        neither=n - both - only_a - only_b,
+        rate_a=sum(a[s] for s in seeds) / n,
+        rate_b=sum(b[s] for s in seeds) / n,
+        p_value=mcnemar_exact(only_a, only_b),
+    )
 
 
-def successes_by_seed(result: "EvalResult | dict") -> dict[int, bool]:
+def successes_by_seed(result: EvalResult | dict) -> dict[int, bool]:
     """``{seed: success}`` of an :class:`EvalResult` or its JSON (``evaluate_policy(out=...)``)."""
     rows = result.per_episode if isinstance(result, EvalResult) else result["per_episode"]
-    return {int(r.seed if isinstance(r, EpisodeResult) else r["seed"]):
-            bool(r.success if isinstance(r, EpisodeResult) else r["success"]) for r in rows}
+    return {
+        int(r.seed if isinstance(r, EpisodeResult) else r["seed"]): bool(
+            r.success if isinstance(r, EpisodeResult) else r["success"]
+        )
+        for r in rows
+    }
 
 
 @dataclass
@@ -139,10 +152,14 @@ class EvalResult:
 
     def summary(self) -> str:
         lo, hi = self.ci95
-        text = (f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
-                f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps")
+        text = (
+            f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
+            f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps"
+        )
         if self.mean_reset_pose_error_cm is not None:
-            text += f"; the reset frame's pose estimate off by {self.mean_reset_pose_error_cm:.2f} cm (mean, horizontal)"
+            text += (
+                f"; the reset frame's pose estimate off by {self.mean_reset_pose_error_cm:.2f} cm (mean, horizontal)"
+            )
         return text
 
 
@@ -158,9 +175,18 @@ def reset_pose_error_cm(env, obs, info: dict) -> float | None:
         config = env.get_wrapper_attr("estimator").config
     except AttributeError:  # GroundTruthPoseWrapper: the entry is the truth itself
         return None
-    est, true, names = np.asarray(obs[KEY], np.float64), true_pose_entry(config, info["object_poses"]), config.output_names
-    errs = [math.hypot(est[names.index(f"{o}.x")] - true[names.index(f"{o}.x")],
-                       est[names.index(f"{o}.y")] - true[names.index(f"{o}.y")]) for o in config.objects]
+    est, true, names = (
+        np.asarray(obs[KEY], np.float64),
+        true_pose_entry(config, info["object_poses"]),
+        config.output_names,
+    )
+    errs = [
+        math.hypot(
+            est[names.index(f"{o}.x")] - true[names.index(f"{o}.x")],
+            est[names.index(f"{o}.y")] - true[names.index(f"{o}.y")],
+        )
+        for o in config.objects
+    ]
     return 100.0 * float(np.mean(errs))
 
 
@@ -189,9 +215,20 @@ def _frame(env, obs, camera):
     return env.render()
 
 
-def evaluate(agent, env, episodes: int = 50, seed: int = 0, *, env_id: str = "", policy_name: str = "",
-             videos: str | os.PathLike | None = None, video_episodes: int = 3, progress: bool = True,
-             visaligner: str | None = None, physics: str | None = None) -> EvalResult:
+def evaluate(
+    agent,
+    env,
+    episodes: int = 50,
+    seed: int = 0,
+    *,
+    env_id: str = "",
+    policy_name: str = "",
+    videos: str | os.PathLike | None = None,
+    video_episodes: int = 3,
+    progress: bool = True,
+    visaligner: str | None = None,
+    physics: str | None = None,
+) -> EvalResult:
     """Run ``episodes`` episodes of ``agent`` in ``env``; videos of the first ``video_episodes``."""
     from tqdm import tqdm
 
@@ -225,15 +262,32 @@ def _episode(env, agent, i: int, seed: int, videos, video_episodes: int) -> Epis
     return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video, pose_error)
 
 
-def _result(rows: list[EpisodeResult], env_id: str, policy_name: str, seed: int, wall_time_s: float,
-            visaligner: str | None, physics: str | None) -> EvalResult:
+def _result(
+    rows: list[EpisodeResult],
+    env_id: str,
+    policy_name: str,
+    seed: int,
+    wall_time_s: float,
+    visaligner: str | None,
+    physics: str | None,
+) -> EvalResult:
     rows = sorted(rows, key=lambda r: r.episode)
     k = sum(r.success for r in rows)
     n = len(rows)
-    return EvalResult(env_id=env_id, policy=policy_name, episodes=n, seed=seed, success_rate=k / n,
-                      ci95=wilson_interval(k, n), mean_return=float(np.mean([r.ret for r in rows])),
-                      mean_length=float(np.mean([r.length for r in rows])), wall_time_s=wall_time_s,
-                      per_episode=rows, visaligner=visaligner, physics=physics)
+    return EvalResult(
+        env_id=env_id,
+        policy=policy_name,
+        episodes=n,
+        seed=seed,
+        success_rate=k / n,
+        ci95=wilson_interval(k, n),
+        mean_return=float(np.mean([r.ret for r in rows])),
+        mean_length=float(np.mean([r.length for r in rows])),
+        wall_time_s=wall_time_s,
+        per_episode=rows,
+        visaligner=visaligner,
+        physics=physics,
+    )
 
 
 # One evaluation worker process's agent and env (see evaluate_policy(workers=...)).
@@ -261,14 +315,28 @@ def _worker_episode(i: int, seed: int, videos, video_episodes: int) -> EpisodeRe
     return _episode(_WORKER["env"], _WORKER["agent"], i, seed, videos, video_episodes)
 
 
-def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0, *, visaligner: str | None = None,
-                    physics: str | None = None, robot_config: str | None = None, out: str | None = None,
-                    videos: str | None = None, temporal_ensemble_coeff: float | None = None,
-                    control_mode: str | None = None, progress: bool = True,
-                    max_episode_steps: int | None = None, cameras: tuple[str, ...] | None = None,
-                    image_size: tuple[int, int] | None = None, trust_policy_file: bool = False,
-                    pose_estimator: str | None = None, pose_update: str | None = None,
-                    workers: int = 1) -> EvalResult:
+def evaluate_policy(
+    policy: str,
+    env_id: str,
+    episodes: int = 50,
+    seed: int = 0,
+    *,
+    visaligner: str | None = None,
+    physics: str | None = None,
+    robot_config: str | None = None,
+    out: str | None = None,
+    videos: str | None = None,
+    temporal_ensemble_coeff: float | None = None,
+    control_mode: str | None = None,
+    progress: bool = True,
+    max_episode_steps: int | None = None,
+    cameras: tuple[str, ...] | None = None,
+    image_size: tuple[int, int] | None = None,
+    trust_policy_file: bool = False,
+    pose_estimator: str | None = None,
+    pose_update: str | None = None,
+    workers: int = 1,
+) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
     ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
     make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
@@ -297,17 +365,42 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
-    spec = {"policy": policy, "env_id": env_id,
-            "agent": dict(temporal_ensemble_coeff=temporal_ensemble_coeff, control_mode=control_mode, cameras=cameras,
-                          image_size=image_size, trust_policy_file=trust_policy_file, pose_estimator=pose_estimator),
-            "env": dict(physics=physics, visaligner=visaligner, robot_config=robot_config, **extra,
-                        render_mode="rgb_array" if videos else None, pose_update=pose_update)}
+    spec = {
+        "policy": policy,
+        "env_id": env_id,
+        "agent": dict(
+            temporal_ensemble_coeff=temporal_ensemble_coeff,
+            control_mode=control_mode,
+            cameras=cameras,
+            image_size=image_size,
+            trust_policy_file=trust_policy_file,
+            pose_estimator=pose_estimator,
+        ),
+        "env": dict(
+            physics=physics,
+            visaligner=visaligner,
+            robot_config=robot_config,
+            **extra,
+            render_mode="rgb_array" if videos else None,
+            pose_update=pose_update,
+        ),
+    }
     workers = min(workers, episodes)
     agent, env = _agent_and_env(spec)  # here first: a bad policy or option fails before any worker starts
     try:
         if workers == 1:
-            result = evaluate(agent, env, episodes, seed, env_id=env_id, policy_name=str(policy), videos=videos,
-                              progress=progress, visaligner=visaligner, physics=physics)
+            result = evaluate(
+                agent,
+                env,
+                episodes,
+                seed,
+                env_id=env_id,
+                policy_name=str(policy),
+                videos=videos,
+                progress=progress,
+                visaligner=visaligner,
+                physics=physics,
+            )
     finally:
         env.close()
     if workers > 1:
@@ -319,8 +412,9 @@ def evaluate_policy(policy: str, env_id: str, episodes: int = 50, seed: int = 0,
     return result
 
 
-def _evaluate_in_workers(spec: dict, workers: int, episodes: int, seed: int, videos, progress: bool,
-                         video_episodes: int = 3) -> EvalResult:
+def _evaluate_in_workers(
+    spec: dict, workers: int, episodes: int, seed: int, videos, progress: bool, video_episodes: int = 3
+) -> EvalResult:
     from concurrent.futures import as_completed
 
     from tqdm import tqdm
@@ -329,8 +423,10 @@ def _evaluate_in_workers(spec: dict, workers: int, episodes: int, seed: int, vid
 
     t0 = time.time()
     rows: list[EpisodeResult] = []
-    with (tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress)
-          as bar, WorkerPool(workers, _init_worker, (spec,), what="evaluation worker") as pool):
+    with (
+        tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress) as bar,
+        WorkerPool(workers, _init_worker, (spec,), what="evaluation worker") as pool,
+    ):
         futures = [pool.submit(_worker_episode, i, seed, videos, video_episodes) for i in range(episodes)]
         for future in as_completed(futures):
             rows.append(pool.result(future))
@@ -339,8 +435,14 @@ def _evaluate_in_workers(spec: dict, workers: int, episodes: int, seed: int, vid
     return _result(rows, spec["env_id"], str(spec["policy"]), seed, time.time() - t0, None, None)
 
 
-def evaluate_experts(tasks: list[str] | None, episodes: int, seed: int, out: str | os.PathLike, camera: str = "cam_high",
-                     progress: bool = True) -> dict[str, EvalResult]:
+def evaluate_experts(
+    tasks: list[str] | None,
+    episodes: int,
+    seed: int,
+    out: str | os.PathLike,
+    camera: str = "cam_high",
+    progress: bool = True,
+) -> dict[str, EvalResult]:
     """Every task's scripted expert in the sim, evaluated like any policy: ``out/<task>/`` holds the
     videos of its first episodes, ``out/summary.json`` every task's success rate.
 
@@ -356,10 +458,26 @@ def evaluate_experts(tasks: list[str] | None, episodes: int, seed: int, out: str
         raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)}")
     results = {}
     for task in tasks:
-        results[task] = evaluate_policy("expert", embodied_gym.env_id(task), episodes, seed,
-                                        videos=str(Path(out) / task), cameras=(camera,), progress=progress)
+        results[task] = evaluate_policy(
+            "expert",
+            embodied_gym.env_id(task),
+            episodes,
+            seed,
+            videos=str(Path(out) / task),
+            cameras=(camera,),
+            progress=progress,
+        )
     Path(out).mkdir(parents=True, exist_ok=True)
-    atomic.write_json(Path(out) / "summary.json",
-                      {t: {"success_rate": r.success_rate, "ci95": list(r.ci95), "episodes": r.episodes,
-                           "videos": str(Path(out) / t)} for t, r in results.items()})
+    atomic.write_json(
+        Path(out) / "summary.json",
+        {
+            t: {
+                "success_rate": r.success_rate,
+                "ci95": list(r.ci95),
+                "episodes": r.episodes,
+                "videos": str(Path(out) / t),
+            }
+            for t, r in results.items()
+        },
+    )
     return results

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,8 +100,14 @@ class ACTAgent:
 
     name = "act"
 
-    def __init__(self, path: str | os.PathLike, device: str = "cpu", temporal_ensemble_coeff: float | None = None,
-                 *, trust_policy_file: bool = False):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        device: str = "cpu",
+        temporal_ensemble_coeff: float | None = None,
+        *,
+        trust_policy_file: bool = False,
+    ):
         self.path = resolve_pretrained_dir(path)
         check_act_folder(self.path, trust_policy_file=trust_policy_file)  # before LeRobot reads any of it
 
@@ -120,10 +127,14 @@ class ACTAgent:
         if temporal_ensemble_coeff is not None:
             self.policy.config.temporal_ensemble_coeff = temporal_ensemble_coeff
             self.policy.config.n_action_steps = 1
-            self.policy.temporal_ensembler = ACTTemporalEnsembler(temporal_ensemble_coeff, self.policy.config.chunk_size)
+            self.policy.temporal_ensembler = ACTTemporalEnsembler(
+                temporal_ensemble_coeff, self.policy.config.chunk_size
+            )
         self.pre, self.post = make_pre_post_processors(
-            self.policy.config, pretrained_path=str(self.path),
-            preprocessor_overrides={"device_processor": {"device": device}})
+            self.policy.config,
+            pretrained_path=str(self.path),
+            preprocessor_overrides={"device_processor": {"device": device}},
+        )
         image_keys = list(self.policy.config.image_features)
         self.cameras = tuple(F.camera_of(k) for k in image_keys)
         self.image_size = tuple(self.policy.config.image_features[image_keys[0]].shape[-2:]) if image_keys else None
@@ -135,11 +146,14 @@ class ACTAgent:
         estimator = (self.estimator_source or {}).get("path")
         if self.env_state and not recorded and (self.estimator_source or {}).get("image_size"):
             recorded = self.estimator_source["image_size"]  # the size the estimator saw at recording
-        self.requirements = EnvRequirements(obs_type="pixels_state" if (self.cameras or self.env_state) else "state",
-                                            cameras=self.cameras, control_mode="joint_pos",
-                                            image_size=tuple(recorded) if recorded else self.image_size,
-                                            pose_estimator=estimator,
-                                            camera_fps=(self.meta or {}).get("camera_fps"))
+        self.requirements = EnvRequirements(
+            obs_type="pixels_state" if (self.cameras or self.env_state) else "state",
+            cameras=self.cameras,
+            control_mode="joint_pos",
+            image_size=tuple(recorded) if recorded else self.image_size,
+            pose_estimator=estimator,
+            camera_fps=(self.meta or {}).get("camera_fps"),
+        )
         self.policy.reset()
 
     def reset(self) -> None:
@@ -152,14 +166,18 @@ class ACTAgent:
             from embodied_gym.perception.wrapper import KEY
 
             if KEY not in obs:
-                raise KeyError(f"the policy {self.path} reads {KEY!r} (estimated object poses) but the observation has "
-                               f"{sorted(obs)}; wrap the env with PoseEstimateWrapper (make_env_for does, from the "
-                               f"policy's pose estimator; `eval --pose-estimator DIR`)")
+                raise KeyError(
+                    f"the policy {self.path} reads {KEY!r} (estimated object poses) but the observation has "
+                    f"{sorted(obs)}; wrap the env with PoseEstimateWrapper (make_env_for does, from the "
+                    f"policy's pose estimator; `eval --pose-estimator DIR`)"
+                )
             batch[F.ENV_STATE] = torch.as_tensor(np.asarray(obs[KEY], np.float32))[None]
         for cam in self.cameras:
             if cam not in obs:
-                raise KeyError(f"the policy needs camera {cam!r} but the observation has {sorted(obs)}; make the env "
-                               f"with cameras={self.cameras} and obs_type='pixels_state'")
+                raise KeyError(
+                    f"the policy needs camera {cam!r} but the observation has {sorted(obs)}; make the env "
+                    f"with cameras={self.cameras} and obs_type='pixels_state'"
+                )
             img = torch.as_tensor(np.ascontiguousarray(obs[cam])).permute(2, 0, 1)[None]
             batch[F.image_key(cam)] = resize_images(img, self.image_size).float().div_(255.0)
         return batch
@@ -171,11 +189,15 @@ class ACTAgent:
         return action.squeeze(0).cpu().numpy().astype(np.float32)
 
 
-
 #: The processor steps (LeRobot registry names) an ACT folder may name: those LeRobot's ACT factory
 #: (``make_act_pre_post_processors``) writes. Others registered in LeRobot load tokenizers or models.
-ACT_PROCESSOR_STEPS = ("rename_observations_processor", "to_batch_processor", "device_processor",
-                       "normalizer_processor", "unnormalizer_processor")
+ACT_PROCESSOR_STEPS = (
+    "rename_observations_processor",
+    "to_batch_processor",
+    "device_processor",
+    "normalizer_processor",
+    "unnormalizer_processor",
+)
 ACT_PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
 
 
@@ -200,8 +222,9 @@ def check_act_folder(path: str | os.PathLike, trust_policy_file: bool = False) -
     cfg = _read_json(path / "config.json", "a LeRobot policy folder has config.json")
     if not isinstance(cfg, dict) or cfg.get("type") != "act":
         kind = cfg.get("type") if isinstance(cfg, dict) else cfg
-        raise UnsafePolicyFile(f"{path / 'config.json'}: policy type {kind!r} is not 'act'; embodied-gym loads ACT "
-                               f"policies from folders")
+        raise UnsafePolicyFile(
+            f"{path / 'config.json'}: policy type {kind!r} is not 'act'; embodied-gym loads ACT policies from folders"
+        )
     if trust_policy_file:
         return
     allowed = list(ACT_PROCESSOR_STEPS)
@@ -220,17 +243,23 @@ def check_act_folder(path: str | os.PathLike, trust_policy_file: bool = False) -
                 raise UnsafePolicyFile(
                     f"{f}: step {i} names {named!r}, which is not an allowed processor step; allowed (by "
                     f"registry_name): {allowed}. A policy folder cannot name code to import; if you trust this "
-                    f"folder, pass {TRUST_FLAG}")
+                    f"folder, pass {TRUST_FLAG}"
+                )
             extra = sorted(set(step) - {"registry_name", "config", "state_file"})
             if extra:
                 raise UnsafePolicyFile(f"{f}: step {i} ({name}) has unexpected keys {extra}")
             if not isinstance(step.get("config", {}), dict):
                 raise UnsafePolicyFile(f"{f}: step {i} ({name}) config must be an object")
             state = step.get("state_file")
-            if state is not None and (not isinstance(state, str) or Path(state).name != state
-                                      or not state.endswith(".safetensors") or not (path / state).is_file()):
-                raise UnsafePolicyFile(f"{f}: step {i} ({name}) state_file {state!r} must be a .safetensors file "
-                                       f"in {path}")
+            if state is not None and (
+                not isinstance(state, str)
+                or Path(state).name != state
+                or not state.endswith(".safetensors")
+                or not (path / state).is_file()
+            ):
+                raise UnsafePolicyFile(
+                    f"{f}: step {i} ({name}) state_file {state!r} must be a .safetensors file in {path}"
+                )
 
 
 class SB3Agent:
@@ -248,8 +277,14 @@ class SB3Agent:
     name = "sb3"
     _ALGOS = ("PPO", "SAC", "A2C", "TD3", "DDPG")  # = SB3_ALGOS
 
-    def __init__(self, path: str | os.PathLike, control_mode: str | None = None, device: str = "cpu",
-                 *, trust_policy_file: bool = False):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        control_mode: str | None = None,
+        device: str = "cpu",
+        *,
+        trust_policy_file: bool = False,
+    ):
         path = Path(path)
         self.path = path
         self.model, self.info = load_sb3_model(path, device=device, trust_policy_file=trust_policy_file)
@@ -257,18 +292,21 @@ class SB3Agent:
         sidecar = path.with_suffix(SB3_SIDECAR_SUFFIX)
         space = self.model.observation_space
         self._keys = tuple(space.spaces) if hasattr(space, "spaces") else None
-        self._image_hw = {k: _image_hw(s.shape) for k, s in getattr(space, "spaces", {}).items()
-                          if len(s.shape) == 3}
+        self._image_hw = {k: _image_hw(s.shape) for k, s in getattr(space, "spaces", {}).items() if len(s.shape) == 3}
         cams = tuple(k for k in self._image_hw if k.startswith("cam_"))
         if meta.get("cameras") is not None:
             if sorted(meta["cameras"]) != sorted(cams):
-                raise ValueError(f"{sidecar}: cameras {meta['cameras']} but the model's observation space has "
-                                 f"{list(cams)}; the sidecar belongs to another model: fix or delete it")
+                raise ValueError(
+                    f"{sidecar}: cameras {meta['cameras']} but the model's observation space has "
+                    f"{list(cams)}; the sidecar belongs to another model: fix or delete it"
+                )
             cams = tuple(meta["cameras"])
         sizes = sorted({self._image_hw[c] for c in cams})
         if len(sizes) > 1:
-            raise ValueError(f"{path}: the model's cameras have different image sizes {sizes}; our envs render "
-                             f"every camera at one image_size")
+            raise ValueError(
+                f"{path}: the model's cameras have different image sizes {sizes}; our envs render "
+                f"every camera at one image_size"
+            )
         image_size = sizes[0] if sizes else None
         if meta.get("image_size") is not None and image_size is not None and tuple(meta["image_size"]) != image_size:
             raise ValueError(f"{sidecar}: image_size {meta['image_size']} but the model takes {list(image_size)}")
@@ -278,8 +316,9 @@ class SB3Agent:
             mode = "ee_delta" if np.allclose(low, -1.0) else "joint_pos"
         keys = set(self._keys or ())
         derived = ("pixels_state" if "joint_pos" in keys else "pixels") if cams else "state"
-        self.requirements = EnvRequirements(obs_type=meta.get("obs_type") or derived, cameras=cams,
-                                            control_mode=mode, image_size=image_size)
+        self.requirements = EnvRequirements(
+            obs_type=meta.get("obs_type") or derived, cameras=cams, control_mode=mode, image_size=image_size
+        )
 
     def reset(self) -> None:
         pass
@@ -288,8 +327,10 @@ class SB3Agent:
         if self._keys is not None and isinstance(obs, dict):
             missing = [k for k in self._keys if k not in obs]
             if missing:
-                raise KeyError(f"the SB3 model needs observation keys {missing} but the observation has {sorted(obs)}; "
-                               f"make the env with {self.requirements.env_kwargs()}")
+                raise KeyError(
+                    f"the SB3 model needs observation keys {missing} but the observation has {sorted(obs)}; "
+                    f"make the env with {self.requirements.env_kwargs()}"
+                )
             obs = {k: self._sized(k, obs[k]) for k in self._keys}  # extra keys (e.g. video cameras) dropped
         action, _ = self.model.predict(obs, deterministic=True)
         return np.asarray(action, dtype=np.float32)
@@ -323,8 +364,16 @@ class UnsafePolicyFile(ValueError):
 SB3_ALGOS = ("PPO", "SAC", "A2C", "TD3", "DDPG")
 # Entries SB3 pickles that only matter for training (buffers, last observation, episode statistics,
 # exploration noise): set to None; the model is loaded for inference.
-_SB3_TRAINING_ONLY = ("_last_obs", "_last_original_obs", "_last_episode_starts", "ep_info_buffer",
-                      "ep_success_buffer", "action_noise", "rollout_buffer_class", "replay_buffer_class")
+_SB3_TRAINING_ONLY = (
+    "_last_obs",
+    "_last_original_obs",
+    "_last_episode_starts",
+    "ep_info_buffer",
+    "ep_success_buffer",
+    "action_noise",
+    "rollout_buffer_class",
+    "replay_buffer_class",
+)
 _SB3_SCHEDULES = ("lr_schedule", "clip_range", "clip_range_vf", "learning_rate", "exploration_schedule")
 _SPACE_TYPES = {"<class 'gymnasium.spaces.box.Box'>": "Box", "<class 'gymnasium.spaces.dict.Dict'>": "Dict"}
 
@@ -340,8 +389,10 @@ def _sb3_allowed_globals() -> dict[tuple[str, str], Any]:
     objs = [cls for algo in SB3_ALGOS for cls in getattr(sb3, algo).policy_aliases.values()]
     objs += [buffers.RolloutBuffer, buffers.DictRolloutBuffer, buffers.ReplayBuffer, buffers.DictReplayBuffer]
     objs += [torch_layers.FlattenExtractor, torch_layers.NatureCNN, torch_layers.CombinedExtractor]
-    objs += [getattr(nn, n) for n in ("ReLU", "Tanh", "ELU", "LeakyReLU", "GELU", "SiLU", "Sigmoid", "Softplus",
-                                      "Mish", "SELU", "Identity")]
+    objs += [
+        getattr(nn, n)
+        for n in ("ReLU", "Tanh", "ELU", "LeakyReLU", "GELU", "SiLU", "Sigmoid", "Softplus", "Mish", "SELU", "Identity")
+    ]
     objs += [getattr(optim, n) for n in ("Adam", "AdamW", "RMSprop", "SGD")]
     return {(o.__module__, o.__qualname__): o for o in objs}
 
@@ -366,9 +417,11 @@ def read_pickled_data(blob: bytes, allowed: dict[tuple[str, str], Any], what: st
 
     def lookup(module: str, name: str):
         if (module, name) not in allowed:
-            raise UnsafePolicyFile(f"{what} names {module}.{name}, which is not a class SB3 models may use "
-                                   f"(allowed: SB3 policies, buffers, feature extractors, torch activations and "
-                                   f"optimizers)")
+            raise UnsafePolicyFile(
+                f"{what} names {module}.{name}, which is not a class SB3 models may use "
+                f"(allowed: SB3 policies, buffers, feature extractors, torch activations and "
+                f"optimizers)"
+            )
         return allowed[(module, name)]
 
     try:
@@ -380,8 +433,20 @@ def read_pickled_data(blob: bytes, allowed: dict[tuple[str, str], Any], what: st
                 break
             if name == "MARK":
                 marks.append(len(stack))
-            elif name in ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "BININT", "BININT1", "BININT2",
-                          "LONG1", "BINFLOAT", "INT", "LONG", "FLOAT"):
+            elif name in (
+                "SHORT_BINUNICODE",
+                "BINUNICODE",
+                "BINUNICODE8",
+                "UNICODE",
+                "BININT",
+                "BININT1",
+                "BININT2",
+                "LONG1",
+                "BINFLOAT",
+                "INT",
+                "LONG",
+                "FLOAT",
+            ):
                 stack.append(arg)
             elif name == "NONE":
                 stack.append(None)
@@ -440,11 +505,13 @@ def read_pickled_data(blob: bytes, allowed: dict[tuple[str, str], Any], what: st
                 module, _, attr = str(arg).partition(" ")
                 stack.append(lookup(module, attr))
             else:
-                raise UnsafePolicyFile(f"{what} is a pickle that would run code or build objects on load (opcode "
-                                       f"{name}); only plain data and references to known classes are read")
+                raise UnsafePolicyFile(
+                    f"{what} is a pickle that would run code or build objects on load (opcode "
+                    f"{name}); only plain data and references to known classes are read"
+                )
     except UnsafePolicyFile:
         raise
-    except Exception as e:  # noqa: BLE001  (truncated/garbled pickle, unhashable key, empty stack, ...)
+    except Exception as e:
         raise UnsafePolicyFile(f"{what}: unreadable pickle ({type(e).__name__}: {e})") from None
     if len(stack) != 1 or marks:
         raise UnsafePolicyFile(f"{what}: malformed pickle (stack of {len(stack)} items at STOP)")
@@ -508,11 +575,14 @@ def _space_from_fields(entry: dict, what: str):
             parts[key] = _make_box(low, high, shape_t, dtype, f"{what}[{key!r}]")
         space = spaces.Dict(parts)
         if not parts or str(space.spaces) != text:
-            raise UnsafePolicyFile(f"{what}: only Dicts of Boxes can be read without unpickling; "
-                                   f"stored: {text[:120]!r}")
+            raise UnsafePolicyFile(
+                f"{what}: only Dicts of Boxes can be read without unpickling; stored: {text[:120]!r}"
+            )
         return space
-    raise UnsafePolicyFile(f"{what}: space type {entry.get(':type:')!r} cannot be read without unpickling "
-                           f"(readable: gymnasium Box and Dict of Boxes)")
+    raise UnsafePolicyFile(
+        f"{what}: space type {entry.get(':type:')!r} cannot be read without unpickling "
+        f"(readable: gymnasium Box and Dict of Boxes)"
+    )
 
 
 def _constant_schedule(entry, default: float):
@@ -561,16 +631,22 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
             names = z.namelist()
             data = json.loads(z.read("data"))
-            version = z.read("_stable_baselines3_version").decode(errors="replace") \
-                if "_stable_baselines3_version" in names else None
+            version = (
+                z.read("_stable_baselines3_version").decode(errors="replace")
+                if "_stable_baselines3_version" in names
+                else None
+            )
     except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a stable-baselines3 model zip (a zip with a JSON 'data' member): "
-                         f"{e}") from None
+        raise ValueError(
+            f"{path} is not a stable-baselines3 model zip (a zip with a JSON 'data' member): {e}"
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the zip's 'data' member is not a JSON object")
     allowed = _sb3_allowed_globals()
-    hint = (f"; refusing to load {path}. If you trust this file (it can run any code when unpickled), pass "
-            f"{TRUST_FLAG} to use stable-baselines3's own loader")
+    hint = (
+        f"; refusing to load {path}. If you trust this file (it can run any code when unpickled), pass "
+        f"{TRUST_FLAG} to use stable-baselines3's own loader"
+    )
 
     def serialized(key) -> bytes | None:
         entry = data.get(key)
@@ -610,8 +686,12 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
             if key in _SB3_TRAINING_ONLY:
                 custom[key] = None
             elif key in _SB3_SCHEDULES:
-                custom[key] = _constant_schedule(entry, float(data.get("learning_rate", 0.0))
-                                                 if isinstance(data.get("learning_rate"), (int, float)) else 0.0)
+                custom[key] = _constant_schedule(
+                    entry,
+                    float(data.get("learning_rate", 0.0))
+                    if isinstance(data.get("learning_rate"), (int, float))
+                    else 0.0,
+                )
             elif key == "train_freq":
                 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
@@ -622,8 +702,10 @@ def inspect_sb3_zip(path: str | os.PathLike, raw: bytes | None = None) -> SB3Zip
                     raise UnsafePolicyFile(f"{path}: policy_kwargs is not a dict")
                 custom[key] = kw
             else:
-                raise UnsafePolicyFile(f"{path}: entry {key!r} is pickled ({entry.get(':type:')}) and is not one "
-                                       f"embodied-gym can rebuild without unpickling")
+                raise UnsafePolicyFile(
+                    f"{path}: entry {key!r} is pickled ({entry.get(':type:')}) and is not one "
+                    f"embodied-gym can rebuild without unpickling"
+                )
     except UnsafePolicyFile as e:
         msg = str(e)
         raise UnsafePolicyFile(msg if TRUST_FLAG in msg else msg + hint) from None
@@ -658,8 +740,10 @@ def load_sb3_model(path: str | os.PathLike, device: str = "cpu", trust_policy_fi
     try:
         model = getattr(sb3, info.algo).load(io.BytesIO(raw), device=device, custom_objects=info.custom_objects)
     except (RuntimeError, KeyError, ValueError, TypeError) as e:
-        raise ValueError(f"{path}: stable-baselines3 could not rebuild the {info.algo} model from its safely read "
-                         f"parts ({type(e).__name__}: {e}); if you trust the file, pass {TRUST_FLAG}") from None
+        raise ValueError(
+            f"{path}: stable-baselines3 could not rebuild the {info.algo} model from its safely read "
+            f"parts ({type(e).__name__}: {e}); if you trust the file, pass {TRUST_FLAG}"
+        ) from None
     return model, info
 
 
@@ -686,15 +770,24 @@ def _read_sidecar(path: Path) -> dict:
     for key, typ in checks.items():
         if key in meta and meta[key] is not None and not isinstance(meta[key], typ):
             raise ValueError(f"{sidecar}: {key!r} must be a {typ.__name__}, got {meta[key]!r}")
-    if meta.get("image_size") is not None and (len(meta["image_size"]) != 2
-                                                 or not all(isinstance(v, int) for v in meta["image_size"])):
+    if meta.get("image_size") is not None and (
+        len(meta["image_size"]) != 2 or not all(isinstance(v, int) for v in meta["image_size"])
+    ):
         raise ValueError(f"{sidecar}: 'image_size' must be [height, width] integers, got {meta['image_size']!r}")
     return meta
 
 
-def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | None = None,
-               control_mode: str | None = None, *, cameras=None, image_size=None,
-               trust_policy_file: bool = False, pose_estimator: str | os.PathLike | None = None):
+def load_agent(
+    spec: str,
+    device: str = "cpu",
+    temporal_ensemble_coeff: float | None = None,
+    control_mode: str | None = None,
+    *,
+    cameras=None,
+    image_size=None,
+    trust_policy_file: bool = False,
+    pose_estimator: str | os.PathLike | None = None,
+):
     """``"expert"``, an SB3 ``.zip`` or an ACT folder -> an agent (see the module docstring).
 
     ``cameras``, ``image_size`` (H, W) and ``control_mode`` override the settings the policy was trained
@@ -710,19 +803,26 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
         if p.suffix == ".zip":
             agent = SB3Agent(p, control_mode=control_mode, device=device, trust_policy_file=trust_policy_file)
         elif p.is_dir():
-            agent = ACTAgent(p, device=device, temporal_ensemble_coeff=temporal_ensemble_coeff,
-                             trust_policy_file=trust_policy_file)
+            agent = ACTAgent(
+                p, device=device, temporal_ensemble_coeff=temporal_ensemble_coeff, trust_policy_file=trust_policy_file
+            )
             if control_mode is not None and control_mode != agent.requirements.control_mode:
-                raise ValueError(f"{spec}: ACT policies act in control_mode={agent.requirements.control_mode!r}, "
-                                 f"not {control_mode!r}")
+                raise ValueError(
+                    f"{spec}: ACT policies act in control_mode={agent.requirements.control_mode!r}, "
+                    f"not {control_mode!r}"
+                )
         else:
-            raise FileNotFoundError(f"cannot load policy {spec!r}: give 'expert', a stable-baselines3 .zip, or an ACT "
-                                    f"folder (from `embodied-gym train act --out DIR`)")
+            raise FileNotFoundError(
+                f"cannot load policy {spec!r}: give 'expert', a stable-baselines3 .zip, or an ACT "
+                f"folder (from `embodied-gym train act --out DIR`)"
+            )
     req = agent.requirements
     if pose_estimator is not None:
         if not getattr(agent, "env_state", False):
-            raise ValueError(f"--pose-estimator {pose_estimator}: policy {spec!r} does not read estimated object poses "
-                             f"(it has no {F.ENV_STATE} input)")
+            raise ValueError(
+                f"--pose-estimator {pose_estimator}: policy {spec!r} does not read estimated object poses "
+                f"(it has no {F.ENV_STATE} input)"
+            )
         req.pose_estimator = str(pose_estimator)
         agent.estimator_overridden = True
     if cameras:
@@ -731,8 +831,9 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
         cameras = normalise_cameras(cameras)
         missing = [c for c in req.cameras if c not in cameras]
         if missing:
-            raise ValueError(f"policy {spec!r} needs cameras {list(req.cameras)}; --cameras {' '.join(cameras)} "
-                             f"lacks {missing}")
+            raise ValueError(
+                f"policy {spec!r} needs cameras {list(req.cameras)}; --cameras {' '.join(cameras)} lacks {missing}"
+            )
         req.cameras = tuple(cameras)
         if req.obs_type == "state":
             req.obs_type = "pixels_state"
@@ -743,10 +844,20 @@ def load_agent(spec: str, device: str = "cpu", temporal_ensemble_coeff: float | 
     return agent
 
 
-def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = None, robot_config: str | None = None,
-                 render_mode: str | None = None, extra_cameras: tuple[str, ...] = (),
-                 visaligner_steps: int | None = None, pose_estimator: str | os.PathLike | None = None,
-                 pose_update: str | None = None, **kwargs):
+def make_env_for(
+    agent,
+    env_id: str,
+    *,
+    physics=None,
+    visaligner: str | None = None,
+    robot_config: str | None = None,
+    render_mode: str | None = None,
+    extra_cameras: tuple[str, ...] = (),
+    visaligner_steps: int | None = None,
+    pose_estimator: str | os.PathLike | None = None,
+    pose_update: str | None = None,
+    **kwargs,
+):
     """The env ``env_id`` made with what ``agent`` needs (sim, Real or VisAligner-wrapped sim;
     ``visaligner_steps`` denoising steps per generated frame, default the model's), through
     :func:`embodied_gym.factory.make_env`. A policy that reads estimated object poses gets the env
@@ -779,8 +890,15 @@ def make_env_for(agent, env_id: str, *, physics=None, visaligner: str | None = N
     if estimator is not None:
         recorded = (getattr(agent, "estimator_source", None) or {}).get("update", "every_frame")
         kw["pose_update"] = pose_update or recorded
-    env = make_env(env_id, robot_config=robot_config, physics=physics, visaligner=visaligner,
-                   visaligner_steps=visaligner_steps, pose_estimator=estimator, **kw)
+    env = make_env(
+        env_id,
+        robot_config=robot_config,
+        physics=physics,
+        visaligner=visaligner,
+        visaligner_steps=visaligner_steps,
+        pose_estimator=estimator,
+        **kw,
+    )
     if getattr(agent, "env_state", False):
         _check_estimate_fits(agent, env)
     if isinstance(agent, ExpertAgent):
@@ -796,22 +914,28 @@ def _estimator_for(agent) -> str | None:
     folder = agent.requirements.pose_estimator
     where = agent.path / POLICY_META
     if not folder:
-        raise ValueError(f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
-                         f"estimator (its dataset was not recorded with --pose-estimator); pass the estimator folder "
-                         f"with `eval --pose-estimator DIR` (load_agent(pose_estimator=...))")
+        raise ValueError(
+            f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
+            f"estimator (its dataset was not recorded with --pose-estimator); pass the estimator folder "
+            f"with `eval --pose-estimator DIR` (load_agent(pose_estimator=...))"
+        )
     from embodied_gym.perception.wrapper import estimator_source
 
     try:
         have = estimator_source(folder)
     except FileNotFoundError:
-        raise FileNotFoundError(f"the pose estimator {folder} that policy {agent.path} reads ({where}: "
-                                f"pose_estimator.path) is not there; restore it or pass another with "
-                                f"`eval --pose-estimator DIR`") from None
+        raise FileNotFoundError(
+            f"the pose estimator {folder} that policy {agent.path} reads ({where}: "
+            f"pose_estimator.path) is not there; restore it or pass another with "
+            f"`eval --pose-estimator DIR`"
+        ) from None
     want = (agent.estimator_source or {}).get("sha256")
     if want and have["sha256"] != want and not getattr(agent, "estimator_overridden", False):
-        raise ValueError(f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
-                         f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
-                         f"`eval --pose-estimator {folder}` to use them anyway, or restore the original")
+        raise ValueError(
+            f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
+            f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
+            f"`eval --pose-estimator {folder}` to use them anyway, or restore the original"
+        )
     return folder
 
 
@@ -824,8 +948,10 @@ def _check_estimate_fits(agent, env) -> None:
     est = env.get_wrapper_attr("estimator").config
     if got.shape != (dim,) or (names and list(est.output_names) != names):
         env.close()
-        raise ValueError(f"the pose estimator gives {list(est.output_names)} but policy {agent.path} was trained on "
-                         f"{names or dim} ({F.ENV_STATE}); use an estimator of the same task and outputs")
+        raise ValueError(
+            f"the pose estimator gives {list(est.output_names)} but policy {agent.path} was trained on "
+            f"{names or dim} ({F.ENV_STATE}); use an estimator of the same task and outputs"
+        )
 
 
 def make_agent(spec: str, env, *, trust_policy_file: bool = False) -> Callable:
@@ -843,9 +969,11 @@ def make_agent(spec: str, env, *, trust_policy_file: bool = False) -> Callable:
     agent = load_agent(spec, trust_policy_file=trust_policy_file)
     need, have = agent.requirements, env.unwrapped
     if need.control_mode != have.control_mode or not set(need.cameras) <= set(have.cameras):
-        raise ValueError(f"policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
-                         f"{list(need.cameras)}; the env has control_mode={have.control_mode!r} and cameras "
-                         f"{list(have.cameras)} (record with --cameras {' '.join(need.cameras) or 'cam_high'})")
+        raise ValueError(
+            f"policy {spec!r} needs control_mode={need.control_mode!r} and cameras "
+            f"{list(need.cameras)}; the env has control_mode={have.control_mode!r} and cameras "
+            f"{list(have.cameras)} (record with --cameras {' '.join(need.cameras) or 'cam_high'})"
+        )
     agent.reset()
     return _ResettingAgent(agent)
 

@@ -44,8 +44,9 @@ class ReachStageWrapper(gym.Wrapper):
         target = np.asarray(self._task.reach_point(info["object_poses"]), np.float64)
         tcp = np.asarray(info["tcp_poses"])[:, :3]
         info["reach_distance"] = float(np.min(np.linalg.norm(tcp - target, axis=1)))
-        return dict(obs, reach_target=target.astype(np.float32),
-                    reach_vector=(target - tcp).astype(np.float32).ravel()), info
+        return dict(
+            obs, reach_target=target.astype(np.float32), reach_vector=(target - tcp).astype(np.float32).ravel()
+        ), info
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -71,6 +72,7 @@ def make_reach_env(task: str = "PickCup", max_episode_steps: int = 40, **kwargs)
 def env_settings(env) -> dict:
     """The embodied-gym settings of ``env`` (a gymnasium env or an SB3 ``VecEnv`` of them): ``env_id``,
     ``obs_type``, ``cameras``, ``image_size``, ``control_mode`` (what :func:`save_sb3` records)."""
+
     def attr(name):
         if hasattr(env, "get_attr"):  # an SB3 VecEnv (also across SubprocVecEnv workers)
             try:

@@ -100,39 +100,60 @@ class TPOConfig:
     lr: float = setting(1e-5, help="learning rate")
     batch_size: int = setting(8, help="preference pairs per gradient step")
     laplace_scale: float = setting(0.1, help="b of the Laplace likelihood, in normalised action units")
-    rollout_noise: float | None = setting(None, help="b of the Laplace noise the rollouts sample with (default: "
-                                                     "laplace_scale, sampling the policy's own likelihood); "
-                                                     "smaller keeps rollouts near the deployed policy")
-    sft_weight: float = setting(0.0, help="add this times ACT's L1 loss on the preferred trajectories "
-                                          "(default 0: the paper's loss)")
+    rollout_noise: float | None = setting(
+        None,
+        help="b of the Laplace noise the rollouts sample with (default: "
+        "laplace_scale, sampling the policy's own likelihood); "
+        "smaller keeps rollouts near the deployed policy",
+    )
+    sft_weight: float = setting(
+        0.0, help="add this times ACT's L1 loss on the preferred trajectories (default 0: the paper's loss)"
+    )
     physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
     visaligner: str | None = setting(None, help="VisAligner model folder (observations rendered photoreal)")
     visaligner_steps: int | None = setting(None, help="denoising steps per generated frame (default: the model's)")
     seed: int = setting(0, help="seed of the rollouts and the pair sampler")
-    eval_episodes: int = setting(50, help="greedy evaluation episodes in the sim env (as `eval` runs a checkpoint) of "
-                                          "the reference policy and of every iteration; 0: none (and select is "
-                                          "then 'last')")
-    eval_seed: int = setting(10_000, help="evaluation episode i is reset with eval_seed + i (the rollouts use seed + "
-                                          "1000 k + i)")
-    eval_temporal_ensemble: float | None = setting(None, metavar="COEFF",
-                                                   help="ACT temporal ensembling in the evaluation, as the policy is "
-                                                        "deployed (`eval --temporal-ensemble`; default: the "
-                                                        "policy's own setting)")
+    eval_episodes: int = setting(
+        50,
+        help="greedy evaluation episodes in the sim env (as `eval` runs a checkpoint) of "
+        "the reference policy and of every iteration; 0: none (and select is "
+        "then 'last')",
+    )
+    eval_seed: int = setting(
+        10_000, help="evaluation episode i is reset with eval_seed + i (the rollouts use seed + 1000 k + i)"
+    )
+    eval_temporal_ensemble: float | None = setting(
+        None,
+        metavar="COEFF",
+        help="ACT temporal ensembling in the evaluation, as the policy is "
+        "deployed (`eval --temporal-ensemble`; default: the "
+        "policy's own setting)",
+    )
     eval_workers: int = setting(1, help="processes that run the evaluation episodes (results do not change)")
-    select: str = setting("best", choices=("best", "last"),
-                          help="the policy the run returns (OUT/pretrained_model): the best greedy evaluation in the "
-                               "sim, the reference included, ties to the earlier iteration; or the last iteration")
+    select: str = setting(
+        "best",
+        choices=("best", "last"),
+        help="the policy the run returns (OUT/pretrained_model): the best greedy evaluation in the "
+        "sim, the reference included, ties to the earlier iteration; or the last iteration",
+    )
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads")
-    device: str = setting("cpu", help="torch device of the policy (rollouts and updates) and of VisAligner's "
-                                      "frames: cpu or cuda")
+    device: str = setting(
+        "cpu", help="torch device of the policy (rollouts and updates) and of VisAligner's frames: cpu or cuda"
+    )
     max_episode_steps: int | None = setting(None, help="rollout length (default: the env's time limit)")
-    pose_estimator: str | None = setting(None, help="pose estimator folder for a policy on estimated object poses "
-                                                    "(observation.environment_state); default: the one its "
-                                                    "embodied_gym_policy.json names")
-    pose_update: str | None = setting(None, choices=("every_frame", "at_reset"),
-                                      help="a policy on estimated object poses: estimate every camera frame, or the "
-                                           "reset frame only and hold it (default: as its data was recorded); "
-                                           "roll out with the observation the policy is deployed with")
+    pose_estimator: str | None = setting(
+        None,
+        help="pose estimator folder for a policy on estimated object poses "
+        "(observation.environment_state); default: the one its "
+        "embodied_gym_policy.json names",
+    )
+    pose_update: str | None = setting(
+        None,
+        choices=("every_frame", "at_reset"),
+        help="a policy on estimated object poses: estimate every camera frame, or the "
+        "reset frame only and hold it (default: as its data was recorded); "
+        "roll out with the observation the policy is deployed with",
+    )
     progress: bool = setting(True, cli=False)
 
     def n_rollouts(self) -> int:
@@ -159,8 +180,9 @@ class Trajectory:
 
 
 # ----------------------------------------------------------------------------- the loss
-def tpo_loss(logp_w: torch.Tensor, ref_logp_w: torch.Tensor, logp_l: torch.Tensor, ref_logp_l: torch.Tensor,
-             beta: float) -> torch.Tensor:
+def tpo_loss(
+    logp_w: torch.Tensor, ref_logp_w: torch.Tensor, logp_l: torch.Tensor, ref_logp_l: torch.Tensor, beta: float
+) -> torch.Tensor:
     """Mean over pairs of ``-log σ(β·[(log π_θ(τ_w) - log π_ref(τ_w)) - (log π_θ(τ_l) - log π_ref(τ_l))])``."""
     margin = (logp_w - ref_logp_w) - (logp_l - ref_logp_l)
     return -torch.nn.functional.logsigmoid(beta * margin).mean()
@@ -175,8 +197,9 @@ def preference_pairs(scores, m: int) -> list[tuple[int, int]]:
     return [(w, l) for w, l in zip(top, bottom) if scores[w] > scores[l]]
 
 
-def laplace_log_prob(actions_norm: torch.Tensor, predicted_norm: torch.Tensor, mask: torch.Tensor,
-                     scale: float) -> torch.Tensor:
+def laplace_log_prob(
+    actions_norm: torch.Tensor, predicted_norm: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
     """Sum of ``log Laplace(a; â, b)`` over masked steps and all action dims: (B, k, D) -> (B,)."""
     d = actions_norm.shape[-1]
     per_step = -(actions_norm - predicted_norm).abs().sum(-1) / scale - d * math.log(2 * scale)
@@ -196,8 +219,10 @@ class ACTLikelihood:
         batch.update({k: v.float() / 255.0 for k, v in images.items()})
         if F.ENV_STATE in self.policy.config.input_features:
             if env_state is None:
-                raise ValueError(f"the policy takes {F.ENV_STATE} (estimated object poses) but the trajectory has "
-                                 f"none; roll it out in an env wrapped with PoseEstimateWrapper (train_tpo does)")
+                raise ValueError(
+                    f"the policy takes {F.ENV_STATE} (estimated object poses) but the trajectory has "
+                    f"none; roll it out in an env wrapped with PoseEstimateWrapper (train_tpo does)"
+                )
             batch[F.ENV_STATE] = env_state
         batch = self.pre(batch)
         actions_norm = batch.pop(F.ACTION)
@@ -256,10 +281,19 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
         masks.append(torch.as_tensor(mask))
     success = bool(info.get("is_success"))
     dist = target_distance(task, start_info, info)
-    return Trajectory(seed=seed, states=torch.stack(states), images={k_: torch.stack(v) for k_, v in images.items()},
-                      actions=torch.stack(chunks), mask=torch.stack(masks), success=success, distance=dist,
-                      score=trajectory_score(success, dist), ret=ret, length=length,
-                      env_state=torch.stack(env_states) if env_states is not None else None)
+    return Trajectory(
+        seed=seed,
+        states=torch.stack(states),
+        images={k_: torch.stack(v) for k_, v in images.items()},
+        actions=torch.stack(chunks),
+        mask=torch.stack(masks),
+        success=success,
+        distance=dist,
+        score=trajectory_score(success, dist),
+        ret=ret,
+        length=length,
+        env_state=torch.stack(env_states) if env_states is not None else None,
+    )
 
 
 def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
@@ -271,25 +305,33 @@ def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
 
     if not agent.env_state:
         if cfg.pose_estimator:
-            raise ValueError(f"--pose-estimator {cfg.pose_estimator}: policy {agent.path} does not read estimated "
-                             f"object poses (it has no {F.ENV_STATE} input); drop the flag")
+            raise ValueError(
+                f"--pose-estimator {cfg.pose_estimator}: policy {agent.path} does not read estimated "
+                f"object poses (it has no {F.ENV_STATE} input); drop the flag"
+            )
         return None
     where = agent.path / POLICY_META
     folder = cfg.pose_estimator or agent.requirements.pose_estimator
     if not folder:
-        raise ValueError(f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
-                         f"estimator; pass the estimator folder with `train tpo --pose-estimator DIR`")
+        raise ValueError(
+            f"policy {agent.path} reads estimated object poses ({F.ENV_STATE}) but {where} names no pose "
+            f"estimator; pass the estimator folder with `train tpo --pose-estimator DIR`"
+        )
     try:
         have = estimator_source(folder)
     except FileNotFoundError:
         named = "--pose-estimator" if cfg.pose_estimator else f"{where}: pose_estimator.path"
-        raise FileNotFoundError(f"the pose estimator {folder} ({named}) that policy {agent.path} reads is not "
-                                f"there; restore it or pass another with `train tpo --pose-estimator DIR`") from None
+        raise FileNotFoundError(
+            f"the pose estimator {folder} ({named}) that policy {agent.path} reads is not "
+            f"there; restore it or pass another with `train tpo --pose-estimator DIR`"
+        ) from None
     want = (agent.estimator_source or {}).get("sha256")
     if want and have["sha256"] != want and not cfg.pose_estimator:
-        raise ValueError(f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
-                         f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
-                         f"`train tpo --pose-estimator {folder}` to use them anyway, or restore the original")
+        raise ValueError(
+            f"the pose estimator {folder} now holds other weights (sha256 {have['sha256'][:12]}...) than "
+            f"the ones policy {agent.path} was trained with ({want[:12]}..., {where}); pass "
+            f"`train tpo --pose-estimator {folder}` to use them anyway, or restore the original"
+        )
     return str(folder)
 
 
@@ -331,8 +373,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     from tqdm import tqdm
 
     if not (cfg.policy and cfg.env_id and cfg.out):
-        raise ValueError("TPO needs a reference policy, a sim env id and an output folder "
-                         "(--policy DIR --env ID --out DIR)")
+        raise ValueError(
+            "TPO needs a reference policy, a sim env id and an output folder (--policy DIR --env ID --out DIR)"
+        )
     from lerobot.optim.optimizers import load_optimizer_state
 
     import embodied_gym
@@ -340,14 +383,17 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     from embodied_gym.policies.loading import ACTAgent, make_env_for
 
     if cfg.eval_episodes < 0 or cfg.eval_workers < 1:
-        raise ValueError(f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and "
-                         f"{cfg.eval_workers}")
+        raise ValueError(
+            f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and {cfg.eval_workers}"
+        )
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     env_id = embodied_gym.parse_env_id(cfg.env_id)
     if env_id.real:
-        raise ValueError("TPO rolls out in the simulator (it scores trajectories from sim state); use a sim id, e.g. "
-                         + embodied_gym.env_id(env_id.task))
+        raise ValueError(
+            "TPO rolls out in the simulator (it scores trajectories from sim state); use a sim id, e.g. "
+            + embodied_gym.env_id(env_id.task)
+        )
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "tpo_log.jsonl"
@@ -372,9 +418,16 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
         visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
-    env = make_env_for(agent, cfg.env_id, physics=cfg.physics, visaligner=visaligner,
-                       visaligner_steps=cfg.visaligner_steps, pose_estimator=estimator,
-                       pose_update=cfg.pose_update, **extra)
+    env = make_env_for(
+        agent,
+        cfg.env_id,
+        physics=cfg.physics,
+        visaligner=visaligner,
+        visaligner_steps=cfg.visaligner_steps,
+        pose_estimator=estimator,
+        pose_update=cfg.pose_update,
+        **extra,
+    )
     optimizer = make_optimizer([p for p in policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:
@@ -390,12 +443,27 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     def evaluate_in_sim(policy_dir: Path) -> dict:
         """The greedy evaluation of one policy folder, as `eval` runs it in TPO's sim env."""
         t_eval = time.time()
-        r = evaluate_policy(str(policy_dir), cfg.env_id, cfg.eval_episodes, seed=cfg.eval_seed, physics=cfg.physics,
-                            visaligner=cfg.visaligner, temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
-                            pose_estimator=estimator, pose_update=cfg.pose_update,
-                            max_episode_steps=cfg.max_episode_steps, workers=cfg.eval_workers, progress=cfg.progress)
-        return {"eval_success_rate": r.success_rate, "eval_ci95": list(r.ci95), "eval_seed": cfg.eval_seed,
-                "eval_successes": [bool(e.success) for e in r.per_episode], "eval_time_s": time.time() - t_eval}
+        r = evaluate_policy(
+            str(policy_dir),
+            cfg.env_id,
+            cfg.eval_episodes,
+            seed=cfg.eval_seed,
+            physics=cfg.physics,
+            visaligner=cfg.visaligner,
+            temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
+            pose_estimator=estimator,
+            pose_update=cfg.pose_update,
+            max_episode_steps=cfg.max_episode_steps,
+            workers=cfg.eval_workers,
+            progress=cfg.progress,
+        )
+        return {
+            "eval_success_rate": r.success_rate,
+            "eval_ci95": list(r.ci95),
+            "eval_seed": cfg.eval_seed,
+            "eval_successes": [bool(e.success) for e in r.per_episode],
+            "eval_time_s": time.time() - t_eval,
+        }
 
     if cfg.eval_episodes and not any(row["iteration"] == 0 for row in log):
         log.insert(0, {"iteration": 0, "reference": str(reference_dir), **evaluate_in_sim(reference_dir)})
@@ -407,8 +475,12 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             rng = np.random.default_rng(cfg.seed + 7919 * it)
             policy.eval()
             trajs = []
-            for i in tqdm(range(cfg.n_rollouts()), desc=f"tpo {it + 1}/{cfg.iterations} rollouts", unit="ep",
-                          disable=not cfg.progress):
+            for i in tqdm(
+                range(cfg.n_rollouts()),
+                desc=f"tpo {it + 1}/{cfg.iterations} rollouts",
+                unit="ep",
+                disable=not cfg.progress,
+            ):
                 agent.reset()
                 trajs.append(rollout(agent, env, task, cfg.seed + 1000 * it + i, noise, rng))
             scores = [t.score for t in trajs]
@@ -419,12 +491,16 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             losses, margins = [], []
             # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
             policy.eval()
-            bar = tqdm(range(cfg.epochs), desc=f"tpo {it + 1}/{cfg.iterations} epochs", unit="epoch",
-                       disable=not cfg.progress or not pairs)
+            bar = tqdm(
+                range(cfg.epochs),
+                desc=f"tpo {it + 1}/{cfg.iterations} epochs",
+                unit="epoch",
+                disable=not cfg.progress or not pairs,
+            )
             for _ in bar if pairs else []:
                 perm = torch.randperm(len(pairs), generator=generator).tolist()
                 for s in range(0, len(perm), cfg.batch_size):
-                    chosen = [pairs[j] for j in perm[s:s + cfg.batch_size]]
+                    chosen = [pairs[j] for j in perm[s : s + cfg.batch_size]]
                     won = [likelihood.log_prob(trajs[w], with_l1=True) for w, _ in chosen]
                     lw = torch.stack([x[0] for x in won])
                     ll = torch.stack([likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
@@ -439,16 +515,21 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
                     optimizer.step()
                     losses.append(loss.item())
                     margins.append(float(((lw - rw) - (ll - rl)).mean().detach()))
-                bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size):]):.4f}")
+                bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size) :]):.4f}")
             row = {
-                "iteration": it + 1, "rollouts": len(trajs), "pairs": len(pairs),
+                "iteration": it + 1,
+                "rollouts": len(trajs),
+                "pairs": len(pairs),
                 "rollout_success_rate": float(np.mean([t.success for t in trajs])),
-                "scores": scores, "score_mean": float(np.mean(scores)),
+                "scores": scores,
+                "score_mean": float(np.mean(scores)),
                 "score_quantiles": [float(q) for q in np.quantile(scores, [0.0, 0.25, 0.5, 0.75, 1.0])],
                 "distance_mean_m": float(np.mean([t.distance for t in trajs])),
-                "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+                "loss_first": losses[0] if losses else None,
+                "loss_last": losses[-1] if losses else None,
                 "margin_last": margins[-1] if margins else None,
-                "rollout_time_s": t_roll, "train_time_s": time.time() - t0 - t_roll,
+                "rollout_time_s": t_roll,
+                "train_time_s": time.time() - t0 - t_roll,
             }
             saved = save_checkpoint(store, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
             if cfg.eval_episodes:
@@ -480,8 +561,9 @@ def selected_iteration(log: list[dict], rule: str = "best") -> int | None:
     return max(done) if done else None
 
 
-def _write_selected(out: Path, store: CheckpointStore, log: list[dict], cfg: TPOConfig, reference_dir: Path,
-                    meta: dict) -> None:
+def _write_selected(
+    out: Path, store: CheckpointStore, log: list[dict], cfg: TPOConfig, reference_dir: Path, meta: dict
+) -> None:
     """Write ``out/pretrained_model``: the policy :func:`selected_iteration` picks (π_ref's weights
     with TPO's metadata for iteration 0), atomically."""
     it = selected_iteration(log, cfg.select)
@@ -489,9 +571,13 @@ def _write_selected(out: Path, store: CheckpointStore, log: list[dict], cfg: TPO
         return
     source = reference_dir if it == 0 else store.root / f"{it:06d}" / MODEL_DIR
     row = next(r for r in log if r["iteration"] == it)
-    about = {"iteration": it, "rule": cfg.select if "eval_success_rate" in row else "last",
-             "eval_success_rate": row.get("eval_success_rate"), "eval_episodes": cfg.eval_episodes,
-             "candidates": {str(r["iteration"]): r["eval_success_rate"] for r in log if "eval_success_rate" in r}}
+    about = {
+        "iteration": it,
+        "rule": cfg.select if "eval_success_rate" in row else "last",
+        "eval_success_rate": row.get("eval_success_rate"),
+        "eval_episodes": cfg.eval_episodes,
+        "candidates": {str(r["iteration"]): r["eval_success_rate"] for r in log if "eval_success_rate" in r},
+    }
     written = json.loads((source / POLICY_META).read_text()) if it else dict(meta, iteration=0)
     with atomic.atomic_dir(out / MODEL_DIR) as tmp:
         for f in source.iterdir():

@@ -27,16 +27,27 @@ from gymnasium.utils import seeding
 from lerobot.robots import Robot, RobotConfig
 
 from embodied_gym.sim import robot as layout
+from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
 from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 from embodied_gym.sim.scene import CAMERAS, SceneLook
-from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
 from embodied_gym.sim.tasks import make_task
 
 DEFAULT_CONFIG = Path(__file__).with_name("stand_in_default.yaml")
 _TOP_KEYS = {"seed", "physics", "effects", "look"}
 _EFFECT_KEYS = {"latency_steps", "backlash", "stribeck", "joint_position_noise", "joint_velocity_noise"}
-_LOOK_KEYS = {"table_texture", "table_tint", "backdrop_texture", "backdrop_tint", "shadows", "light_diffuse",
-              "ambient", "white_balance", "blur_sigma", "image_noise", "camera_offsets"}
+_LOOK_KEYS = {
+    "table_texture",
+    "table_tint",
+    "backdrop_texture",
+    "backdrop_tint",
+    "shadows",
+    "light_diffuse",
+    "ambient",
+    "white_balance",
+    "blur_sigma",
+    "image_noise",
+    "camera_offsets",
+}
 
 
 def _check_keys(where: str, got: dict, allowed: set) -> None:
@@ -90,16 +101,16 @@ def _validate(settings: dict) -> None:
             _reals(f"effects.stribeck.{key}", st[key], 6, 0.0)
         else:
             _real(f"effects.stribeck.{key} (one number, or a list of 6 for waist..wrist_rotate)", st[key])
-    if "stribeck_velocity" in st:
-        if _real("effects.stribeck.stribeck_velocity", st["stribeck_velocity"]) <= 0:
-            raise ValueError(f"effects.stribeck.stribeck_velocity must be > 0, got {st['stribeck_velocity']!r}")
+    if "stribeck_velocity" in st and _real("effects.stribeck.stribeck_velocity", st["stribeck_velocity"]) <= 0:
+        raise ValueError(f"effects.stribeck.stribeck_velocity must be > 0, got {st['stribeck_velocity']!r}")
     for key in ("joint_position_noise", "joint_velocity_noise"):
         if key in eff:
             _real(f"effects.{key}", eff[key])
     for key in ("table_texture", "backdrop_texture"):
         if look.get(key) is not None and not isinstance(look[key], str):
-            raise ValueError(f"look.{key} must be the name of a scikit-image photograph (e.g. 'gravel'), "
-                             f"got {look[key]!r}")
+            raise ValueError(
+                f"look.{key} must be the name of a scikit-image photograph (e.g. 'gravel'), got {look[key]!r}"
+            )
     for key in ("table_tint", "backdrop_tint", "light_diffuse", "ambient", "white_balance"):
         if key in look:
             _reals(f"look.{key}", look[key], 3, 0.0)
@@ -149,8 +160,10 @@ def load_settings(path: str | os.PathLike | None = None) -> dict[str, Any]:
         _validate(settings)
         in_physics = sorted({"latency_steps", "backlash"} & set(settings["physics"]))
         if in_physics:  # one place for the hidden effects, with the friction the physics section cannot hold
-            raise ValueError(f"{in_physics} belong in the 'effects' section (effects.latency_steps, "
-                             f"effects.backlash), not in 'physics'")
+            raise ValueError(
+                f"{in_physics} belong in the 'effects' section (effects.latency_steps, "
+                f"effects.backlash), not in 'physics'"
+            )
         settings["physics"] = PhysicsParams.from_dict(settings["physics"])
     except ValueError as e:
         raise ValueError(f"stand-in config {path}: {e}") from None
@@ -175,17 +188,21 @@ def _photo(name: str, tint, size: int = 256) -> np.ndarray:
 
 def scene_look(settings: dict) -> SceneLook:
     look = settings.get("look", {})
-    offsets = {cam: (tuple(o.get("pos", (0, 0, 0))), tuple(o.get("rot", (0, 0, 0))))
-               for cam, o in look.get("camera_offsets", {}).items()}
+    offsets = {
+        cam: (tuple(o.get("pos", (0, 0, 0))), tuple(o.get("rot", (0, 0, 0))))
+        for cam, o in look.get("camera_offsets", {}).items()
+    }
     return SceneLook(
         shadows=bool(look.get("shadows", True)),
         offsamples=4,
         light_diffuse=tuple(look.get("light_diffuse", (0.8, 0.75, 0.65))),
         ambient=tuple(look.get("ambient", (0.3, 0.3, 0.3))),
         table_texture=_photo(look["table_texture"], look.get("table_tint", (0.56, 0.48, 0.4)))
-        if look.get("table_texture") else None,
+        if look.get("table_texture")
+        else None,
         backdrop_texture=_photo(look["backdrop_texture"], look.get("backdrop_tint", (0.8, 0.8, 0.8)))
-        if look.get("backdrop_texture") else None,
+        if look.get("backdrop_texture")
+        else None,
         camera_offsets=offsets,
     )
 
@@ -255,7 +272,9 @@ class StandInRobot(Robot):
         if self.is_connected:
             return
         s = self._settings
-        self._world = SimCore(make_task(self.config.task), s["physics"], look=scene_look(s), effects=actuator_effects(s))
+        self._world = SimCore(
+            make_task(self.config.task), s["physics"], look=scene_look(s), effects=actuator_effects(s)
+        )
         eff = s.get("effects", {})
         self._pos_noise = float(eff.get("joint_position_noise", 0.0))
         self._vel_noise = float(eff.get("joint_velocity_noise", 0.0))
@@ -297,8 +316,10 @@ class StandInRobot(Robot):
         obs: dict[str, Any] = {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, q)}
         obs.update({f"{j}.vel": float(x) for j, x in zip(layout.JOINT_NAMES, v)})
         if self._reads % self._camera_period == 0 or not self._frames:
-            self._frames = {cam: self._camera_frame(world.render_camera(cam, self.config.image_size))
-                            for cam in self.config.camera_names}
+            self._frames = {
+                cam: self._camera_frame(world.render_camera(cam, self.config.image_size))
+                for cam in self.config.camera_names
+            }
         self._reads += 1
         obs.update({cam: f.copy() for cam, f in self._frames.items()})  # between two camera frames, the last one
         return obs
@@ -319,8 +340,9 @@ class StandInRobot(Robot):
         missing = [f"{j}.pos" for j in layout.JOINT_NAMES if f"{j}.pos" not in action]
         if missing:
             raise KeyError(f"action lacks {missing}")
-        cmd = np.clip(np.array([float(action[f"{j}.pos"]) for j in layout.JOINT_NAMES]),
-                      layout.JOINT_LOW, layout.JOINT_HIGH)
+        cmd = np.clip(
+            np.array([float(action[f"{j}.pos"]) for j in layout.JOINT_NAMES]), layout.JOINT_LOW, layout.JOINT_HIGH
+        )
         world.command(cmd)  # through the hidden latency and backlash
         world.step()  # one 20 ms control step, with the hidden friction
         return {f"{j}.pos": float(x) for j, x in zip(layout.JOINT_NAMES, cmd)}
@@ -330,8 +352,13 @@ class StandInRobot(Robot):
         world = self._require()
         status = world.evaluate()
         info = world.privileged_info(status)
-        return {"is_success": info["is_success"], "reward": status.reward, "reward_terms": info["reward_terms"],
-                "object_poses": info["object_poses"], "tcp_poses": info["tcp_poses"]}
+        return {
+            "is_success": info["is_success"],
+            "reward": status.reward,
+            "reward_terms": info["reward_terms"],
+            "object_poses": info["object_poses"],
+            "tcp_poses": info["tcp_poses"],
+        }
 
 
 def actuator_effects(settings: dict) -> ActuatorEffects:
@@ -346,11 +373,16 @@ def actuator_effects(settings: dict) -> ActuatorEffects:
         v = np.broadcast_to(np.asarray(st.get(key, 0.0), dtype=np.float64), (6,))
         return np.tile(v, 2)
 
-    friction = StribeckFriction(static=per_joint("static"), coulomb=per_joint("coulomb"), viscous=per_joint("viscous"),
-                                stribeck_velocity=float(st.get("stribeck_velocity", 0.1)))
+    friction = StribeckFriction(
+        static=per_joint("static"),
+        coulomb=per_joint("coulomb"),
+        viscous=per_joint("viscous"),
+        stribeck_velocity=float(st.get("stribeck_velocity", 0.1)),
+    )
     has_friction = any(np.any(getattr(friction, k)) for k in ("static", "coulomb", "viscous"))
-    return ActuatorEffects(latency_steps=int(eff.get("latency_steps", 0)), backlash=backlash,
-                           friction=friction if has_friction else None)
+    return ActuatorEffects(
+        latency_steps=int(eff.get("latency_steps", 0)), backlash=backlash, friction=friction if has_friction else None
+    )
 
 
-__all__ = ["StandInRobot", "StandInRobotConfig", "load_settings", "actuator_effects"]
+__all__ = ["StandInRobot", "StandInRobotConfig", "actuator_effects", "load_settings"]

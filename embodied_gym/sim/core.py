@@ -51,7 +51,7 @@ class StribeckFriction:
 
     def torque(self, v: np.ndarray) -> np.ndarray:
         fs, fc, vs = self.static, self.coulomb, self.stribeck_velocity
-        return -(fc + (fs - fc) * np.exp(-(v / vs) ** 2)) * np.tanh(v / _COULOMB_SMOOTHING) - self.viscous * v
+        return -(fc + (fs - fc) * np.exp(-((v / vs) ** 2))) * np.tanh(v / _COULOMB_SMOOTHING) - self.viscous * v
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def applied_targets(commands, initial, latency_steps: int, backlash, xp=np):
     return xp.stack(held + filtered[: len(commands) - len(held)])
 
 
-def effects_from_physics(physics: PhysicsParams, friction: "StribeckFriction | None" = None) -> ActuatorEffects:
+def effects_from_physics(physics: PhysicsParams, friction: StribeckFriction | None = None) -> ActuatorEffects:
     """The :class:`ActuatorEffects` of a :class:`PhysicsParams`: its ``latency_steps`` and its
     per-arm-joint ``backlash`` (the grippers have none)."""
     backlash = np.zeros(14)
@@ -140,8 +140,9 @@ class SimCore:
     :class:`~embodied_gym.sim.scene.SceneIndex` of named joints, actuators, sites and cameras.
     """
 
-    def __init__(self, task: Task, physics: PhysicsParams, look: SceneLook | None = None,
-                 effects: ActuatorEffects | None = None):
+    def __init__(
+        self, task: Task, physics: PhysicsParams, look: SceneLook | None = None, effects: ActuatorEffects | None = None
+    ):
         self.task = task
         self.physics = physics
         self.model, self.idx, self._handles = compile_scene(task, physics, look)
@@ -172,8 +173,9 @@ class SimCore:
         apply_physics(self.model, physics, self._handles)
         if self._effects_follow_physics:
             effects = effects_from_physics(physics, self.effects.friction)
-            if effects.latency_steps != self.effects.latency_steps or \
-                    not np.array_equal(effects.backlash, self.effects.backlash):
+            if effects.latency_steps != self.effects.latency_steps or not np.array_equal(
+                effects.backlash, self.effects.backlash
+            ):
                 self._install_effects(effects)
 
     def set_effects(self, effects: ActuatorEffects) -> None:
@@ -262,7 +264,9 @@ class SimCore:
         n = _instability_count(d)
         if n > self._instabilities:
             self._instabilities = n
-            return f"MuJoCo instability (NaN, inf or huge qpos/qvel/qacc) after t={t_before:.3f}s; MuJoCo reset the state"
+            return (
+                f"MuJoCo instability (NaN, inf or huge qpos/qvel/qacc) after t={t_before:.3f}s; MuJoCo reset the state"
+            )
         if not math.isfinite(d.qvel.sum() + d.qpos.sum()):
             return f"non-finite state at t={d.time:.3f}s"
         return None
@@ -280,8 +284,13 @@ class SimCore:
         poses = {name: np.concatenate((xpos[b], xquat[b])) for name, b in self._object_items}
         # The TCP sites are not rotated against their gripper body, so they share its quaternion.
         tcp = np.concatenate([d.site_xpos[self.idx.tcp_sites], d.xquat[self._gripper_body_ids]], axis=1)
-        return {"is_success": bool(status.success), "task": self.task.description, "reward_terms": status.terms,
-                "object_poses": poses, "tcp_poses": tcp}
+        return {
+            "is_success": bool(status.success),
+            "task": self.task.description,
+            "reward_terms": status.terms,
+            "object_poses": poses,
+            "tcp_poses": tcp,
+        }
 
     # ------------------------------------------------------------------ cameras
     def render_camera(self, camera: str, image_size: tuple[int, int]) -> np.ndarray:
@@ -311,8 +320,10 @@ class SimCore:
         return r
 
 
-_BADQPOS, _BADQVEL, _BADQACC = (int(w) for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
-                                                  mujoco.mjtWarning.mjWARN_BADQACC))
+_BADQPOS, _BADQVEL, _BADQACC = (
+    int(w)
+    for w in (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL, mujoco.mjtWarning.mjWARN_BADQACC)
+)
 
 
 def _instability_count(d: mujoco.MjData) -> int:
@@ -320,5 +331,12 @@ def _instability_count(d: mujoco.MjData) -> int:
     return int(w[_BADQPOS].number + w[_BADQVEL].number + w[_BADQACC].number)
 
 
-__all__ = ["SimCore", "ActuatorEffects", "StribeckFriction", "SETTLE_SUBSTEPS", "applied_targets", "backlash_step",
-           "effects_from_physics"]
+__all__ = [
+    "SETTLE_SUBSTEPS",
+    "ActuatorEffects",
+    "SimCore",
+    "StribeckFriction",
+    "applied_targets",
+    "backlash_step",
+    "effects_from_physics",
+]

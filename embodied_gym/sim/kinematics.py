@@ -57,13 +57,22 @@ class ArmKinematics:
         kp = self.model.actuator_gainprm[self.idx.arm_actuators, 0]
         return self._bias[self.idx.arm_dof] / kp
 
-    def solve(self, qpos_arms: np.ndarray, arm: int, pos: np.ndarray, rot: np.ndarray | None = None,
-              iterations: int = 50, damping: float = 1e-3, rot_weight: float = 0.3,
-              tol: float = 1e-4, posture_gain: float = 0.05) -> np.ndarray:
+    def solve(
+        self,
+        qpos_arms: np.ndarray,
+        arm: int,
+        pos: np.ndarray,
+        rot: np.ndarray | None = None,
+        iterations: int = 50,
+        damping: float = 1e-3,
+        rot_weight: float = 0.3,
+        tol: float = 1e-4,
+        posture_gain: float = 0.05,
+    ) -> np.ndarray:
         """Joint angles (all 12; only ``arm``'s six change) that put ``arm``'s TCP at ``pos``
         (and ``rot`` if given), starting from ``qpos_arms``."""
         q = np.array(qpos_arms, dtype=float)
-        cols = self.idx.arm_dof[arm * 6:(arm + 1) * 6]
+        cols = self.idx.arm_dof[arm * 6 : (arm + 1) * 6]
         site = self.idx.tcp_sites[arm]
         for _ in range(iterations):
             self._set(q)
@@ -105,4 +114,4 @@ def horizontal_rotation(approach: np.ndarray, closing_axis_yaw: float) -> np.nda
     return np.stack([x, y, np.cross(x, y)], axis=1)
 
 
-__all__ = ["ArmKinematics", "rotation_error", "top_down_rotation", "horizontal_rotation"]
+__all__ = ["ArmKinematics", "horizontal_rotation", "rotation_error", "top_down_rotation"]

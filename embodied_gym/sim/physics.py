@@ -80,8 +80,10 @@ def _number(where: str, v: Any) -> float:
 
 def _per_joint_values(name: str, v: Any) -> tuple[float, ...]:
     if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple, np.ndarray)):
-        raise ValueError(f"{name} must be a list of {len(ARM_JOINT_NAMES)} numbers (ordered "
-                         f"{', '.join(ARM_JOINT_NAMES)}) or a {{joint name: number}} mapping, got {_describe(v)}")
+        raise ValueError(
+            f"{name} must be a list of {len(ARM_JOINT_NAMES)} numbers (ordered "
+            f"{', '.join(ARM_JOINT_NAMES)}) or a {{joint name: number}} mapping, got {_describe(v)}"
+        )
     items = v.reshape(-1).tolist() if isinstance(v, np.ndarray) else v
     names = ARM_JOINT_NAMES if len(items) == len(ARM_JOINT_NAMES) else range(len(items))
     return tuple(_number(f"{name}[{j}]", x) for j, x in zip(names, items))
@@ -121,8 +123,10 @@ class PhysicsParams:
             values = _per_joint_values(name, getattr(self, name))
             object.__setattr__(self, name, values)
             if len(values) != len(ARM_JOINT_NAMES):
-                problems.append(f"{name} has {len(values)} values, expected {len(ARM_JOINT_NAMES)} "
-                                f"(one per arm joint: {', '.join(ARM_JOINT_NAMES)})")
+                problems.append(
+                    f"{name} has {len(values)} values, expected {len(ARM_JOINT_NAMES)} "
+                    f"(one per arm joint: {', '.join(ARM_JOINT_NAMES)})"
+                )
                 continue
             for joint, v in zip(ARM_JOINT_NAMES, values):
                 if not (math.isfinite(v) and lo <= v <= hi):
@@ -133,8 +137,13 @@ class PhysicsParams:
             if not (math.isfinite(v) and lo <= v <= hi):
                 problems.append(f"{name}={v} is outside [{lo}, {hi}]")
         latency = self.latency_steps
-        if isinstance(latency, bool) or not isinstance(latency, (int, np.integer, float)) \
-                or not math.isfinite(float(latency)) or int(latency) != latency or not 0 <= latency <= _MAX_LATENCY:
+        if (
+            isinstance(latency, bool)
+            or not isinstance(latency, (int, np.integer, float))
+            or not math.isfinite(float(latency))
+            or int(latency) != latency
+            or not 0 <= latency <= _MAX_LATENCY
+        ):
             problems.append(f"latency_steps={latency!r} must be a whole number of control steps in [0, {_MAX_LATENCY}]")
         else:
             object.__setattr__(self, "latency_steps", int(latency))
@@ -151,7 +160,7 @@ class PhysicsParams:
         return out
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], base: "PhysicsParams | None" = None) -> "PhysicsParams":
+    def from_dict(cls, values: dict[str, Any], base: PhysicsParams | None = None) -> PhysicsParams:
         """Build from a (possibly partial) dict; missing fields and joints keep ``base``'s values.
 
         Per-joint fields accept a list of 12 numbers or a ``{joint name: number}`` mapping; the
@@ -160,8 +169,9 @@ class PhysicsParams:
         given and the valid form.
         """
         if not isinstance(values, dict):
-            raise ValueError("physics parameters must be a mapping of parameter name to value, "
-                             f"got {_describe(values)}")
+            raise ValueError(
+                f"physics parameters must be a mapping of parameter name to value, got {_describe(values)}"
+            )
         base = base or cls()
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known, key=str)
@@ -188,7 +198,7 @@ class PhysicsParams:
         write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "PhysicsParams":
+    def load(cls, path: str | os.PathLike) -> PhysicsParams:
         """Read a JSON file of parameters.
 
         Either a plain parameter dict (as written by :meth:`save`) or a calibration result whose
@@ -196,8 +206,10 @@ class PhysicsParams:
         """
         if os.path.isdir(path):
             inside = sorted(p for p in os.listdir(path) if p.endswith(".json"))[:5]
-            raise ValueError(f"physics file {path!s} is a directory; pass a JSON file of parameters"
-                             + (f" (it holds {', '.join(inside)})" if inside else ""))
+            raise ValueError(
+                f"physics file {path!s} is a directory; pass a JSON file of parameters"
+                + (f" (it holds {', '.join(inside)})" if inside else "")
+            )
         try:
             with open(path, encoding="utf-8") as f:
                 values = json.load(f)
@@ -219,7 +231,7 @@ class PhysicsParams:
             raise ValueError(f"physics file {path!s}: {e}") from None
 
 
-def resolve_physics(physics: "PhysicsParams | str | os.PathLike | dict | None") -> PhysicsParams:
+def resolve_physics(physics: PhysicsParams | str | os.PathLike | dict | None) -> PhysicsParams:
     """Accept what ``gym.make(..., physics=...)`` accepts: None, an object, a dict or a JSON path."""
     if physics is None:
         return PhysicsParams()

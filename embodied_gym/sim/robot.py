@@ -15,9 +15,7 @@ ARMS: tuple[str, str] = ("left", "right")
 ARM_JOINTS: tuple[str, ...] = ("waist", "shoulder", "elbow", "forearm_roll", "wrist_angle", "wrist_rotate")
 
 #: Names of the 14 entries of every joint vector (LeRobot's ALOHA motor names).
-JOINT_NAMES: tuple[str, ...] = tuple(
-    f"{arm}_{j}" for arm in ARMS for j in (*ARM_JOINTS, "gripper")
-)
+JOINT_NAMES: tuple[str, ...] = tuple(f"{arm}_{j}" for arm in ARMS for j in (*ARM_JOINTS, "gripper"))
 #: Indices of the arm joints (12) and grippers (2) inside the 14-D vector.
 ARM_INDICES = np.array([i for i, n in enumerate(JOINT_NAMES) if not n.endswith("gripper")])
 GRIPPER_INDICES = np.array([i for i, n in enumerate(JOINT_NAMES) if n.endswith("gripper")])

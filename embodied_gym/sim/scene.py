@@ -154,20 +154,41 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
         spec.delete(cam)
 
     world = spec.worldbody
-    world.add_light(name="key", pos=(0.3, -0.3, 1.6), dir=(-0.2, 0.5, -1.0), type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
-                    castshadow=look.shadows, diffuse=look.light_diffuse, specular=(0.2, 0.2, 0.2))
-    world.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=(3, 3, 0.1), pos=(0, 0, -0.75),
-                   rgba=look.floor_rgba, contype=0, conaffinity=0)
+    world.add_light(
+        name="key",
+        pos=(0.3, -0.3, 1.6),
+        dir=(-0.2, 0.5, -1.0),
+        type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL,
+        castshadow=look.shadows,
+        diffuse=look.light_diffuse,
+        specular=(0.2, 0.2, 0.2),
+    )
+    world.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=(3, 3, 0.1),
+        pos=(0, 0, -0.75),
+        rgba=look.floor_rgba,
+        contype=0,
+        conaffinity=0,
+    )
     table = world.add_body(name="table", pos=(0.0, TABLE_CENTER_Y, -TABLE_HALF[2]))
     table_look = {"rgba": look.table_rgba}
     if look.table_texture is not None:
         table_look = {"material": _add_texture_material(spec, "table", look.table_texture, (6, 4))}
-    table.add_geom(name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=TABLE_HALF, friction=(1.0, 0.005, 0.0001),
-                   **table_look)
+    table.add_geom(
+        name="table", type=mujoco.mjtGeom.mjGEOM_BOX, size=TABLE_HALF, friction=(1.0, 0.005, 0.0001), **table_look
+    )
     if look.backdrop_texture is not None:
-        world.add_geom(name="backdrop", type=mujoco.mjtGeom.mjGEOM_BOX, size=(1.5, 0.01, 0.9), pos=(0, 1.3, 0.2),
-                       material=_add_texture_material(spec, "backdrop", look.backdrop_texture, (1, 1)),
-                       contype=0, conaffinity=0)
+        world.add_geom(
+            name="backdrop",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=(1.5, 0.01, 0.9),
+            pos=(0, 1.3, 0.2),
+            material=_add_texture_material(spec, "backdrop", look.backdrop_texture, (1, 1)),
+            contype=0,
+            conaffinity=0,
+        )
 
     def camera_pose(name, pos, quat):
         dpos, drot = look.camera_offsets.get(name, ((0, 0, 0), (0, 0, 0)))
@@ -179,18 +200,23 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
 
     for arm in robot.ARMS:
         gripper = spec.body(f"vx300s_{arm}/gripper_link")
-        gripper.add_site(name=robot.tcp_site(arm), pos=(robot.TCP_OFFSET, 0, 0), size=(0.005, 0, 0),
-                         rgba=(0, 0, 0, 0))
-        pos, quat = camera_pose(f"cam_{arm}_wrist", _WRIST_CAMERA["pos"],
-                                lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"]))
+        gripper.add_site(name=robot.tcp_site(arm), pos=(robot.TCP_OFFSET, 0, 0), size=(0.005, 0, 0), rgba=(0, 0, 0, 0))
+        pos, quat = camera_pose(
+            f"cam_{arm}_wrist", _WRIST_CAMERA["pos"], lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"])
+        )
         gripper.add_camera(name=f"cam_{arm}_wrist", pos=pos, quat=quat, fovy=_WRIST_CAMERA["fovy"])
         for joint, force in zip(robot.ARM_JOINTS, _ARM_FORCE_LIMIT):
             jname = robot.mjcf_joint(arm, joint)
             j = spec.joint(jname)
-            act = spec.add_actuator(name=f"{arm}_{joint}", target=jname,
-                                    trntype=mujoco.mjtTrn.mjTRN_JOINT,
-                                    ctrlrange=j.range, ctrllimited=True,
-                                    forcerange=(-force, force), forcelimited=True)
+            act = spec.add_actuator(
+                name=f"{arm}_{joint}",
+                target=jname,
+                trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                ctrlrange=j.range,
+                ctrllimited=True,
+                forcerange=(-force, force),
+                forcelimited=True,
+            )
             act.set_to_position(kp=1.0)  # real gains come from PhysicsParams
         for side, sign in (("left", -1.0), ("right", 1.0)):
             _add_finger_collision(spec, arm, side, sign)
@@ -200,9 +226,15 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
             j.frictionloss = 0.0
             j.damping = (_FINGER_DAMPING, 0.0, 0.0)  # MuJoCo 3.8: [linear, 2 higher-order terms]
             lo, hi = sorted((sign * robot.GRIPPER_CLOSED, sign * robot.GRIPPER_OPEN))
-            act = spec.add_actuator(name=f"{arm}_{finger}", target=jname, trntype=mujoco.mjtTrn.mjTRN_JOINT,
-                                    ctrlrange=(lo, hi), ctrllimited=True,
-                                    forcerange=(-_FINGER_FORCE_LIMIT, _FINGER_FORCE_LIMIT), forcelimited=True)
+            act = spec.add_actuator(
+                name=f"{arm}_{finger}",
+                target=jname,
+                trntype=mujoco.mjtTrn.mjTRN_JOINT,
+                ctrlrange=(lo, hi),
+                ctrllimited=True,
+                forcerange=(-_FINGER_FORCE_LIMIT, _FINGER_FORCE_LIMIT),
+                forcelimited=True,
+            )
             act.set_to_position(kp=1.0, kv=_GRIPPER_KV)
 
     task.add_objects(spec)
@@ -227,10 +259,18 @@ def _add_finger_collision(spec: mujoco.MjSpec, arm: str, side: str, sign: float)
     y_in, y_out = sign * _FINGER_Y[0], sign * _FINGER_Y[1]
     for name, part in (("pad", _PAD), ("base", _FINGER_BASE)):
         (x0, x1), zh = part["x"], part["z_half"]
-        body.add_geom(name=f"{arm}_{side}_finger_{name}", type=mujoco.mjtGeom.mjGEOM_BOX,
-                      size=((x1 - x0) / 2, abs(y_out - y_in) / 2, zh), pos=((x0 + x1) / 2, (y_in + y_out) / 2, 0),
-                      rgba=(0, 0, 0, 0), group=3, condim=4, friction=PAD_FRICTION,
-                      solref=(0.01, 1), solimp=(0.95, 0.99, 0.001, 0.5, 2))
+        body.add_geom(
+            name=f"{arm}_{side}_finger_{name}",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=((x1 - x0) / 2, abs(y_out - y_in) / 2, zh),
+            pos=((x0 + x1) / 2, (y_in + y_out) / 2, 0),
+            rgba=(0, 0, 0, 0),
+            group=3,
+            condim=4,
+            friction=PAD_FRICTION,
+            solref=(0.01, 1),
+            solimp=(0.95, 0.99, 0.001, 0.5, 2),
+        )
 
 
 @dataclass(frozen=True)
@@ -305,8 +345,9 @@ def index_scene(model: mujoco.MjModel, object_names) -> SceneIndex:
         joint_qpos=fourteen(arm_qpos, finger_qpos),
         joint_dof=fourteen(arm_dof, finger_dof),
         arm_actuators=np.array([model.actuator(f"{a}_{j}").id for a in robot.ARMS for j in robot.ARM_JOINTS]),
-        finger_actuators=np.array([[model.actuator(f"{a}_{f}").id for f in ("left_finger", "right_finger")]
-                                   for a in robot.ARMS]),
+        finger_actuators=np.array(
+            [[model.actuator(f"{a}_{f}").id for f in ("left_finger", "right_finger")] for a in robot.ARMS]
+        ),
         tcp_sites=np.array([model.site(robot.tcp_site(a)).id for a in robot.ARMS]),
         pad_geoms=pad_geoms,
         gripper_geoms=gripper_geoms,

@@ -47,8 +47,10 @@ def condition_video(reference: np.ndarray, sim_frames: np.ndarray, masks: np.nda
     if sim_frames.ndim != 4 or sim_frames.shape[-1] != 3:
         raise ValueError(f"sim_frames must be (N, H, W, 3), got {sim_frames.shape}")
     if reference.shape != sim_frames.shape[1:]:
-        raise ValueError(f"reference image {reference.shape} must match the sim frames' size {sim_frames.shape[1:]}; "
-                         f"resize it to the camera's image size first")
+        raise ValueError(
+            f"reference image {reference.shape} must match the sim frames' size {sim_frames.shape[1:]}; "
+            f"resize it to the camera's image size first"
+        )
     out = sim_frames.astype(np.int16)
     if masks is not None:
         masks = np.asarray(masks, dtype=bool)
@@ -112,20 +114,24 @@ class SamObjectMasker:
     (``vit_h``, ``vit_l``, ``vit_b``) is read from the file name unless given.
     """
 
-    def __init__(self, checkpoint: str | os.PathLike, model_type: str | None = None, device: str = "cpu",
-                 box_margin: int = 4):
+    def __init__(
+        self, checkpoint: str | os.PathLike, model_type: str | None = None, device: str = "cpu", box_margin: int = 4
+    ):
         from segment_anything import SamPredictor, sam_model_registry
 
         path = os.fspath(checkpoint)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"SAM checkpoint {path!r} does not exist; pass the path of a downloaded "
-                                    f"segment-anything .pth file (e.g. sam_vit_b_01ec64.pth), or omit "
-                                    f"--sam-checkpoint to use the classical masks")
+            raise FileNotFoundError(
+                f"SAM checkpoint {path!r} does not exist; pass the path of a downloaded "
+                f"segment-anything .pth file (e.g. sam_vit_b_01ec64.pth), or omit "
+                f"--sam-checkpoint to use the classical masks"
+            )
         if model_type is None:
             model_type = next((k for k in ("vit_h", "vit_l", "vit_b") if k in os.path.basename(path)), None)
             if model_type is None:
-                raise ValueError(f"cannot tell the SAM model type from {path!r}; pass model_type "
-                                 f"('vit_h', 'vit_l' or 'vit_b')")
+                raise ValueError(
+                    f"cannot tell the SAM model type from {path!r}; pass model_type ('vit_h', 'vit_l' or 'vit_b')"
+                )
         # segment-anything loads with torch.load; build the model empty and load weights_only ourselves.
         import torch
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from embodied_gym.configs import setting
-from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 from embodied_gym.data.writer import DEFAULT_CRF
 
 
@@ -31,9 +31,12 @@ class AlignedDemosConfig:
     task: str | None = setting(None, required=True, help="task name, e.g. PickCup")
     episodes: int | None = setting(None, required=True, help="expert demonstrations to generate")
     model: str | None = setting(None, required=True, help="VisAligner model folder (visaligner train's OUT/model)")
-    reference: str | None = setting(None, required=True,
-                                    help="a real camera frame every episode starts from: an image file, or a "
-                                         "recorded dataset (its first frame of --camera)")
+    reference: str | None = setting(
+        None,
+        required=True,
+        help="a real camera frame every episode starts from: an image file, or a "
+        "recorded dataset (its first frame of --camera)",
+    )
     physics: str | None = setting(None, help="calibrated physics (a calibration result JSON); default nominal")
     camera: str = setting("cam_high", help="the camera VisAligner renders")
     image_size: tuple[int, int] = setting((64, 80), metavar=("H", "W"), help="recorded frame size")
@@ -45,12 +48,18 @@ class AlignedDemosConfig:
     after_success_steps: int = setting(AFTER_SUCCESS_STEPS, help="control steps recorded after the first success")
     crf: int = setting(DEFAULT_CRF, help="video quality of both datasets (lower keeps more; 0 lossless)")
     device: str = setting("cpu", help="torch device VisAligner renders on: cpu or cuda")
-    workers: int | None = setting(None, metavar="N",
-                                  help="processes that roll out the sim episodes (step 1; the dataset is the same "
-                                       "for any number; default: the CPU count)")
-    backend: str = setting("local", choices=("local", "ray"),
-                           help="where step 1's workers run: local processes, or Ray tasks on a local Ray "
-                                "instance (pip install 'embodied-gym[ray]')")
+    workers: int | None = setting(
+        None,
+        metavar="N",
+        help="processes that roll out the sim episodes (step 1; the dataset is the same "
+        "for any number; default: the CPU count)",
+    )
+    backend: str = setting(
+        "local",
+        choices=("local", "ray"),
+        help="where step 1's workers run: local processes, or Ray tasks on a local Ray "
+        "instance (pip install 'embodied-gym[ray]')",
+    )
 
 
 def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, progress: bool = True) -> dict:
@@ -85,19 +94,44 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         if cfg.max_episode_steps:
             kwargs["max_episode_steps"] = cfg.max_episode_steps
         # resume whenever the dataset exists: an interrupted first episode leaves it with 0 episodes
-        record_expert_demos(env_id, kwargs, sim_root, cfg.episodes - done, seed=cfg.seed, workers=cfg.workers,
-                            backend=cfg.backend, resume=is_dataset(sim_root), progress=progress,
-                            after_success_steps=cfg.after_success_steps, crf=cfg.crf)
+        record_expert_demos(
+            env_id,
+            kwargs,
+            sim_root,
+            cfg.episodes - done,
+            seed=cfg.seed,
+            workers=cfg.workers,
+            backend=cfg.backend,
+            resume=is_dataset(sim_root),
+            progress=progress,
+            after_success_steps=cfg.after_success_steps,
+            crf=cfg.crf,
+        )
     rendered = _episodes(aligned_root)
     render = {"episodes": rendered}
     if rendered < cfg.episodes:
-        render = render_dataset(sim_root, cfg.model, aligned_root, camera=cfg.camera, reference=str(reference),
-                                physics=cfg.physics, num_inference_steps=cfg.num_inference_steps,
-                                frame_stride=cfg.frame_stride, batch_episodes=cfg.batch_episodes,
-                                resume=is_dataset(aligned_root), progress=progress, crf=cfg.crf,
-                                device=cfg.device)
-    return {"sim_dataset": str(sim_root), "dataset": str(aligned_root), "reference": str(reference),
-            "sim_expert_success": _success_rate(sim_root), "render": render}
+        render = render_dataset(
+            sim_root,
+            cfg.model,
+            aligned_root,
+            camera=cfg.camera,
+            reference=str(reference),
+            physics=cfg.physics,
+            num_inference_steps=cfg.num_inference_steps,
+            frame_stride=cfg.frame_stride,
+            batch_episodes=cfg.batch_episodes,
+            resume=is_dataset(aligned_root),
+            progress=progress,
+            crf=cfg.crf,
+            device=cfg.device,
+        )
+    return {
+        "sim_dataset": str(sim_root),
+        "dataset": str(aligned_root),
+        "reference": str(reference),
+        "sim_expert_success": _success_rate(sim_root),
+        "render": render,
+    }
 
 
 def reference_image(reference: str | os.PathLike, camera: str, png: Path) -> Path:
@@ -119,8 +153,10 @@ def reference_image(reference: str | os.PathLike, camera: str, png: Path) -> Pat
         with atomic_path(png) as tmp:
             Image.fromarray(open_dataset(ref).frames(camera, 0)[0]).save(tmp, format="PNG")
         return png
-    raise FileNotFoundError(f"reference {reference}: neither an image file nor a recorded dataset; give a real "
-                            f"camera frame (PNG/JPEG) or the dataset recorded on the robot")
+    raise FileNotFoundError(
+        f"reference {reference}: neither an image file nor a recorded dataset; give a real "
+        f"camera frame (PNG/JPEG) or the dataset recorded on the robot"
+    )
 
 
 def _episodes(root: Path) -> int:

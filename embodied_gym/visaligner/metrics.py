@@ -46,7 +46,7 @@ def psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
         if e.size == 0:
             continue
         mse = e.mean()
-        vals.append(PSNR_CAP_DB if mse == 0 else min(PSNR_CAP_DB, 10 * np.log10(255.0 ** 2 / mse)))
+        vals.append(PSNR_CAP_DB if mse == 0 else min(PSNR_CAP_DB, 10 * np.log10(255.0**2 / mse)))
     return float(np.mean(vals)) if vals else float("nan")
 
 
@@ -56,8 +56,9 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
 
     a, b = _check_pair(a, b)
     win = min(7, *(s - (1 - s % 2) for s in a.shape[1:3]))
-    return float(np.mean([structural_similarity(x, y, channel_axis=-1, data_range=255, win_size=win)
-                          for x, y in zip(a, b)]))
+    return float(
+        np.mean([structural_similarity(x, y, channel_axis=-1, data_range=255, win_size=win) for x, y in zip(a, b)])
+    )
 
 
 def flicker(generated: np.ndarray, real: np.ndarray) -> float:
@@ -112,7 +113,7 @@ def video_clips(video: np.ndarray, length: int = 8, stride: int = 4, step: int =
     starts = range(0, len(video) - span, step)
     if not len(starts):
         raise ValueError(f"a video of {len(video)} frames is too short for clips of {length} frames {stride} apart")
-    return np.stack([video[s:s + span + 1:stride] for s in starts])
+    return np.stack([video[s : s + span + 1 : stride] for s in starts])
 
 
 # ---------------------------------------------------------------------- FD-local3D
@@ -125,8 +126,11 @@ class Local3DFeatureNet(torch.nn.Module):
         c = [3, 16, 32, 64]
         layers = []
         for i in range(3):
-            layers += [torch.nn.Conv3d(c[i], c[i + 1], 3, stride=(1, 2, 2), padding=1), torch.nn.GroupNorm(4, c[i + 1]),
-                       torch.nn.SiLU()]
+            layers += [
+                torch.nn.Conv3d(c[i], c[i + 1], 3, stride=(1, 2, 2), padding=1),
+                torch.nn.GroupNorm(4, c[i + 1]),
+                torch.nn.SiLU(),
+            ]
         self.body = torch.nn.Sequential(*layers)
         self.proj = torch.nn.Linear(c[-1], feature_dim)
         self.head = torch.nn.Linear(feature_dim, classes)
@@ -150,9 +154,17 @@ class Local3DResult:
     accuracy: float
 
 
-def train_local3d(real_videos: list[np.ndarray], sim_videos: list[np.ndarray], path: str | os.PathLike,
-                  steps: int = 300, batch: int = 16, seed: int = 0, clip_length: int = 8, stride: int = 4,
-                  progress: bool = True) -> Local3DResult:
+def train_local3d(
+    real_videos: list[np.ndarray],
+    sim_videos: list[np.ndarray],
+    path: str | os.PathLike,
+    steps: int = 300,
+    batch: int = 16,
+    seed: int = 0,
+    clip_length: int = 8,
+    stride: int = 4,
+    progress: bool = True,
+) -> Local3DResult:
     """Train :class:`Local3DFeatureNet` to tell real clips, sim-render clips and temporally
     shuffled real clips apart; save it (safetensors) to ``path``; return its hash."""
     from safetensors.torch import save_file
@@ -194,10 +206,13 @@ def load_local3d(path: str | os.PathLike) -> Local3DFeatureNet:
 
 
 @torch.no_grad()
-def local3d_features(net: Local3DFeatureNet, videos: list[np.ndarray], clip_length: int = 8, stride: int = 4,
-                     batch: int = 32) -> np.ndarray:
+def local3d_features(
+    net: Local3DFeatureNet, videos: list[np.ndarray], clip_length: int = 8, stride: int = 4, batch: int = 32
+) -> np.ndarray:
     clips = np.concatenate([video_clips(v, clip_length, stride) for v in videos])
-    return np.concatenate([net.features(_clip_tensor(clips[i:i + batch])).numpy() for i in range(0, len(clips), batch)])
+    return np.concatenate(
+        [net.features(_clip_tensor(clips[i : i + batch])).numpy() for i in range(0, len(clips), batch)]
+    )
 
 
 def fd_local3d(net: Local3DFeatureNet, generated: list[np.ndarray], real: list[np.ndarray], **kw) -> float:
@@ -266,7 +281,8 @@ class FVD:
         clips = np.concatenate([video_clips(v, 16, 1, 16) for v in videos])
         x = torch.from_numpy(clips).float().permute(0, 4, 1, 2, 3) / 127.5 - 1
         x = torch.nn.functional.interpolate(x.flatten(1, 2), size=(224, 224), mode="bilinear").view(
-            len(clips), 3, 16, 224, 224)
+            len(clips), 3, 16, 224, 224
+        )
         return self.model(x, rescale=False, resize=False, return_features=True).numpy()
 
     def __call__(self, generated: list[np.ndarray], real: list[np.ndarray]) -> float:

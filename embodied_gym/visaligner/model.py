@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKL, UNetSpatioTemporalConditionModel
 from diffusers.configuration_utils import ConfigMixin, register_to_config
+
 # ModelMixin must stay importable from this module by that name: diffusers' pipeline loader finds a
 # custom component's load method by looking up its base classes in the component's module
 # (model_index.json names this module as the library of "reference_encoder").
@@ -48,28 +49,46 @@ class ReferenceEncoder(ModelMixin, ConfigMixin):
     def forward(self, reference_latent: torch.Tensor) -> torch.Tensor:
         tokens = self.proj(reference_latent).flatten(2).transpose(1, 2)
         if tokens.shape[1] > self.pos.shape[1]:
-            raise ValueError(f"{tokens.shape[1]} reference tokens exceed max_tokens={self.pos.shape[1]}; "
-                             f"use a larger reference_patch")
+            raise ValueError(
+                f"{tokens.shape[1]} reference tokens exceed max_tokens={self.pos.shape[1]}; "
+                f"use a larger reference_patch"
+            )
         return self.norm(tokens + self.pos[:, : tokens.shape[1]])
 
 
-def build_tiny_models(cfg: VisAlignerConfig) -> tuple[AutoencoderKL, UNetSpatioTemporalConditionModel,
-                                                      ReferenceEncoder]:
+def build_tiny_models(
+    cfg: VisAlignerConfig,
+) -> tuple[AutoencoderKL, UNetSpatioTemporalConditionModel, ReferenceEncoder]:
     """Randomly initialised networks of the ``tiny`` preset (the VAE is trained locally too)."""
     n = len(cfg.vae_block_out_channels)
-    vae = AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * n,
-                        up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=cfg.vae_block_out_channels,
-                        layers_per_block=1, latent_channels=cfg.latent_channels, norm_num_groups=8,
-                        sample_size=cfg.image_size[0], scaling_factor=1.0, mid_block_add_attention=False)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * n,
+        up_block_types=("UpDecoderBlock2D",) * n,
+        block_out_channels=cfg.vae_block_out_channels,
+        layers_per_block=1,
+        latent_channels=cfg.latent_channels,
+        norm_num_groups=8,
+        sample_size=cfg.image_size[0],
+        scaling_factor=1.0,
+        mid_block_add_attention=False,
+    )
     m = len(cfg.unet_block_out_channels)
     unet = UNetSpatioTemporalConditionModel(
-        sample_size=None, in_channels=cfg.unet_in_channels, out_channels=cfg.latent_channels,
+        sample_size=None,
+        in_channels=cfg.unet_in_channels,
+        out_channels=cfg.latent_channels,
         down_block_types=("CrossAttnDownBlockSpatioTemporal",) * (m - 1) + ("DownBlockSpatioTemporal",),
         up_block_types=("UpBlockSpatioTemporal",) + ("CrossAttnUpBlockSpatioTemporal",) * (m - 1),
-        block_out_channels=cfg.unet_block_out_channels, layers_per_block=cfg.unet_layers_per_block,
-        cross_attention_dim=cfg.cross_attention_dim, num_attention_heads=cfg.unet_attention_heads,
+        block_out_channels=cfg.unet_block_out_channels,
+        layers_per_block=cfg.unet_layers_per_block,
+        cross_attention_dim=cfg.cross_attention_dim,
+        num_attention_heads=cfg.unet_attention_heads,
         addition_time_embed_dim=cfg.addition_time_embed_dim,
-        projection_class_embeddings_input_dim=3 * cfg.addition_time_embed_dim, num_frames=cfg.num_frames)
+        projection_class_embeddings_input_dim=3 * cfg.addition_time_embed_dim,
+        num_frames=cfg.num_frames,
+    )
     ref = ReferenceEncoder(cfg.latent_channels, cfg.cross_attention_dim, cfg.reference_patch)
     return vae, unet, ref
 
@@ -82,8 +101,15 @@ def widen_conv_in(unet: UNetSpatioTemporalConditionModel, in_channels: int) -> U
         raise ValueError(f"cannot narrow conv_in from {old.in_channels} to {in_channels} channels")
     if in_channels == old.in_channels:
         return unet
-    new = torch.nn.Conv2d(in_channels, old.out_channels, old.kernel_size, old.stride, old.padding,
-                          dtype=old.weight.dtype, device=old.weight.device)
+    new = torch.nn.Conv2d(
+        in_channels,
+        old.out_channels,
+        old.kernel_size,
+        old.stride,
+        old.padding,
+        dtype=old.weight.dtype,
+        device=old.weight.device,
+    )
     with torch.no_grad():
         new.weight.zero_()
         new.weight[:, : old.in_channels] = old.weight
@@ -99,18 +125,26 @@ def load_svd_models(cfg: VisAlignerConfig, torch_dtype: torch.dtype = torch.floa
     from diffusers import AutoencoderKLTemporalDecoder
 
     if not cfg.pretrained_path:
-        raise ValueError("the svd preset fine-tunes Stable Video Diffusion: pass pretrained_path / --pretrained DIR, "
-                         "a local folder in diffusers layout (unet/, vae/), e.g. a downloaded copy of "
-                         "stabilityai/stable-video-diffusion-img2vid-xt; nothing is downloaded")
+        raise ValueError(
+            "the svd preset fine-tunes Stable Video Diffusion: pass pretrained_path / --pretrained DIR, "
+            "a local folder in diffusers layout (unet/, vae/), e.g. a downloaded copy of "
+            "stabilityai/stable-video-diffusion-img2vid-xt; nothing is downloaded"
+        )
     root = Path(cfg.pretrained_path)
     missing = [d for d in ("unet", "vae") if not (root / d / "config.json").exists()]
     if missing:
-        raise FileNotFoundError(f"Stable Video Diffusion folder {root} lacks {missing} (each a diffusers model folder "
-                                f"with config.json and weights); supply the full pipeline folder")
-    unet = UNetSpatioTemporalConditionModel.from_pretrained(root / "unet", torch_dtype=torch_dtype,
-                                                            local_files_only=True)
-    vae_cls = AutoencoderKLTemporalDecoder if "TemporalDecoder" in (root / "vae" / "config.json").read_text() \
+        raise FileNotFoundError(
+            f"Stable Video Diffusion folder {root} lacks {missing} (each a diffusers model folder "
+            f"with config.json and weights); supply the full pipeline folder"
+        )
+    unet = UNetSpatioTemporalConditionModel.from_pretrained(
+        root / "unet", torch_dtype=torch_dtype, local_files_only=True
+    )
+    vae_cls = (
+        AutoencoderKLTemporalDecoder
+        if "TemporalDecoder" in (root / "vae" / "config.json").read_text()
         else AutoencoderKL
+    )
     vae = vae_cls.from_pretrained(root / "vae", torch_dtype=torch_dtype, local_files_only=True)
     if vae.config.latent_channels != cfg.latent_channels:
         cfg.latent_channels = vae.config.latent_channels
@@ -154,8 +188,9 @@ def added_time_ids(fps: float, batch: int, device, dtype) -> torch.Tensor:
     return torch.tensor([[fps, MOTION_BUCKET_ID, 0.0]], device=device, dtype=dtype).repeat(batch, 1)
 
 
-def denoiser_output(unet, noisy: torch.Tensor, t, cond: torch.Tensor, mask: torch.Tensor,
-                    reference_tokens: torch.Tensor, fps: float) -> torch.Tensor:
+def denoiser_output(
+    unet, noisy: torch.Tensor, t, cond: torch.Tensor, mask: torch.Tensor, reference_tokens: torch.Tensor, fps: float
+) -> torch.Tensor:
     """The UNet's prediction for ``(B, N, C, h, w)`` noisy latents: its input per frame is
     ``[noisy | condition latent | mask]`` (see the module docstring). ``unet`` may be wrapped (by
     accelerate / DDP); the pipeline's sampling loop and the trainer's loss both call this."""
@@ -167,10 +202,17 @@ def make_scheduler(cfg: VisAlignerConfig):
     """DDIM with v-prediction, zero terminal SNR and trailing timesteps (few-step sampling works)."""
     from diffusers import DDIMScheduler
 
-    return DDIMScheduler(num_train_timesteps=cfg.num_train_timesteps, beta_schedule="scaled_linear",
-                         beta_start=0.00085, beta_end=0.012, prediction_type=cfg.prediction_type,
-                         timestep_spacing="trailing", rescale_betas_zero_snr=True, clip_sample=False,
-                         set_alpha_to_one=False)
+    return DDIMScheduler(
+        num_train_timesteps=cfg.num_train_timesteps,
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        prediction_type=cfg.prediction_type,
+        timestep_spacing="trailing",
+        rescale_betas_zero_snr=True,
+        clip_sample=False,
+        set_alpha_to_one=False,
+    )
 
 
 def count_parameters(module: torch.nn.Module) -> int:

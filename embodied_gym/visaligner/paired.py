@@ -48,9 +48,13 @@ def crop_paired(episode: PairedEpisode, crop) -> PairedEpisode:
     fractions, :func:`embodied_gym.rendering.crop_box`): the data of a model trained on part of the frame."""
     from embodied_gym.rendering import crop_frames
 
-    return PairedEpisode(episode.index, crop_frames(episode.real, crop), crop_frames(episode.sim, crop),
-                         crop_frames(episode.sim_mask, crop, channels=False),
-                         crop_frames(episode.real_mask, crop, channels=False))
+    return PairedEpisode(
+        episode.index,
+        crop_frames(episode.real, crop),
+        crop_frames(episode.sim, crop),
+        crop_frames(episode.sim_mask, crop, channels=False),
+        crop_frames(episode.real_mask, crop, channels=False),
+    )
 
 
 def dataset_task(root: str | os.PathLike) -> str:
@@ -59,8 +63,9 @@ def dataset_task(root: str | os.PathLike) -> str:
     return open_dataset(root).require_task()
 
 
-def read_episode_frames(root: str | os.PathLike, camera: str,
-                        episodes: list[int] | None = None) -> dict[int, np.ndarray]:
+def read_episode_frames(
+    root: str | os.PathLike, camera: str, episodes: list[int] | None = None
+) -> dict[int, np.ndarray]:
     """A camera's frames of each episode as ``(T, H, W, 3)`` uint8 (see
     :meth:`~embodied_gym.data.reader.RecordedDataset.frames_of`)."""
     return open_dataset(root).frames_of(camera, episodes)
@@ -119,9 +124,16 @@ def replay_render(episode: Episode, env, camera: str, image_size: tuple[int, int
     return np.stack(frames), np.stack(masks)
 
 
-def build_paired_episodes(root: str | os.PathLike, camera: str = "cam_high", *, task: str | None = None,
-                          physics=None, episodes: list[int] | None = None, sam_checkpoint: str | None = None,
-                          progress: bool = True) -> list[PairedEpisode]:
+def build_paired_episodes(
+    root: str | os.PathLike,
+    camera: str = "cam_high",
+    *,
+    task: str | None = None,
+    physics=None,
+    episodes: list[int] | None = None,
+    sam_checkpoint: str | None = None,
+    progress: bool = True,
+) -> list[PairedEpisode]:
     """Paired episodes of a recorded dataset (see the module docstring)."""
     import gymnasium as gym
     from tqdm import tqdm
@@ -163,12 +175,19 @@ def load_paired(path: str | os.PathLike) -> tuple[list[PairedEpisode], dict]:
     return eps, meta
 
 
-def paired_episodes_cached(root: str | os.PathLike, cache: str | os.PathLike, camera: str = "cam_high",
-                           **kwargs) -> list[PairedEpisode]:
+def paired_episodes_cached(
+    root: str | os.PathLike, cache: str | os.PathLike, camera: str = "cam_high", **kwargs
+) -> list[PairedEpisode]:
     """:func:`build_paired_episodes`, reusing ``cache`` when it was built with the same arguments."""
-    meta = {"dataset": os.path.abspath(root), "camera": camera,
-            **{k: (v if isinstance(v, (str, int, float, list, type(None))) else str(v)) for k, v in kwargs.items()
-               if k != "progress"}}
+    meta = {
+        "dataset": os.path.abspath(root),
+        "camera": camera,
+        **{
+            k: (v if isinstance(v, (str, int, float, list, type(None))) else str(v))
+            for k, v in kwargs.items()
+            if k != "progress"
+        },
+    }
     if os.path.exists(cache):
         eps, old = load_paired(cache)
         if old == meta:

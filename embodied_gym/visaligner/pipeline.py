@@ -56,12 +56,27 @@ from diffusers.utils import BaseOutput
 
 from embodied_gym.atomic import atomic_path
 from embodied_gym.visaligner.conditioning import condition_video
-from embodied_gym.visaligner.model import (ReferenceEncoder, build_models, denoiser_output, make_scheduler,
-                                           temporal_layers_off)
+from embodied_gym.visaligner.model import (
+    ReferenceEncoder,
+    build_models,
+    denoiser_output,
+    make_scheduler,
+    temporal_layers_off,
+)
 from embodied_gym.visaligner.presets import VisAlignerConfig
 
-__all__ = ["ALLOWED_COMPONENTS", "CONFIG_NAME", "REFERENCE_NAME", "VisAlignerPipeline", "VisAlignerPipelineOutput",
-           "build_pipeline", "check_model_index", "make_scheduler", "pipeline_settings", "save_png"]
+__all__ = [
+    "ALLOWED_COMPONENTS",
+    "CONFIG_NAME",
+    "REFERENCE_NAME",
+    "VisAlignerPipeline",
+    "VisAlignerPipelineOutput",
+    "build_pipeline",
+    "check_model_index",
+    "make_scheduler",
+    "pipeline_settings",
+    "save_png",
+]
 
 CONFIG_NAME = "visaligner_config.json"
 REFERENCE_NAME = "reference.png"
@@ -74,9 +89,17 @@ ALLOWED_COMPONENTS: dict[str, frozenset[tuple[str, str]]] = {
     "vae": frozenset({("diffusers", "AutoencoderKL"), ("diffusers", "AutoencoderKLTemporalDecoder")}),
     "unet": frozenset({("diffusers", "UNetSpatioTemporalConditionModel")}),
     "reference_encoder": frozenset({(ReferenceEncoder.__module__, "ReferenceEncoder")}),
-    "scheduler": frozenset(("diffusers", n) for n in (
-        "DDIMScheduler", "DDPMScheduler", "DPMSolverMultistepScheduler", "EulerDiscreteScheduler",
-        "EulerAncestralDiscreteScheduler", "UniPCMultistepScheduler")),
+    "scheduler": frozenset(
+        ("diffusers", n)
+        for n in (
+            "DDIMScheduler",
+            "DDPMScheduler",
+            "DPMSolverMultistepScheduler",
+            "EulerDiscreteScheduler",
+            "EulerAncestralDiscreteScheduler",
+            "UniPCMultistepScheduler",
+        )
+    ),
 }
 _DEFAULTS = VisAlignerConfig()
 SETTING_KEYS = ("image_size", "num_frames", "frame_stride", "use_masks", "fps", "num_inference_steps", "crop")
@@ -88,7 +111,7 @@ def pipeline_settings(cfg: VisAlignerConfig) -> dict:
     return {k: getattr(cfg, k) for k in SETTING_KEYS}
 
 
-def build_pipeline(cfg: VisAlignerConfig) -> "VisAlignerPipeline":
+def build_pipeline(cfg: VisAlignerConfig) -> VisAlignerPipeline:
     """A new pipeline with ``cfg``'s networks (randomly initialised, or svd's loaded weights)."""
     vae, unet, ref = build_models(cfg)
     return VisAlignerPipeline(vae, unet, ref, make_scheduler(cfg), **pipeline_settings(cfg))
@@ -100,18 +123,24 @@ def check_model_index(index: dict, source: str | os.PathLike = "model_index.json
     loaded from a folder."""
     name = index.get("_class_name")
     if name != VisAlignerPipeline.__name__:
-        raise ValueError(f"{source}: _class_name is {name!r}, expected 'VisAlignerPipeline' (a folder written by "
-                         f"VisAlignerPipeline.save_pretrained); pipeline code shipped with a folder is never run")
+        raise ValueError(
+            f"{source}: _class_name is {name!r}, expected 'VisAlignerPipeline' (a folder written by "
+            f"VisAlignerPipeline.save_pretrained); pipeline code shipped with a folder is never run"
+        )
     for key, value in index.items():
         if key in ALLOWED_COMPONENTS:
             pair = tuple(value) if isinstance(value, (list, tuple)) else None
             if pair not in ALLOWED_COMPONENTS[key]:
-                raise ValueError(f"{source}: component {key!r} is {value!r}; allowed: "
-                                 f"{sorted(list(p) for p in ALLOWED_COMPONENTS[key])}")
+                raise ValueError(
+                    f"{source}: component {key!r} is {value!r}; allowed: "
+                    f"{sorted(list(p) for p in ALLOWED_COMPONENTS[key])}"
+                )
         elif key not in SETTING_KEYS and key not in _DIFFUSERS_KEYS:
-            raise ValueError(f"{source}: unknown key {key!r}; a VisAligner model_index.json holds the components "
-                             f"{sorted(ALLOWED_COMPONENTS)}, the settings {list(SETTING_KEYS)} and diffusers' "
-                             f"{list(_DIFFUSERS_KEYS)}")
+            raise ValueError(
+                f"{source}: unknown key {key!r}; a VisAligner model_index.json holds the components "
+                f"{sorted(ALLOWED_COMPONENTS)}, the settings {list(SETTING_KEYS)} and diffusers' "
+                f"{list(_DIFFUSERS_KEYS)}"
+            )
     missing = sorted(set(ALLOWED_COMPONENTS) - set(index))
     if missing:
         raise ValueError(f"{source}: components {missing} are missing; save the pipeline with save_pretrained")
@@ -189,27 +218,44 @@ class VisAlignerPipeline(DiffusionPipeline):
 
     model_cpu_offload_seq = "reference_encoder->unet->vae"
 
-    def __init__(self, vae, unet, reference_encoder: ReferenceEncoder, scheduler,
-                 image_size: tuple | list = _DEFAULTS.image_size, num_frames: int = _DEFAULTS.num_frames,
-                 frame_stride: int = _DEFAULTS.frame_stride, use_masks: bool = _DEFAULTS.use_masks,
-                 fps: int | float = _DEFAULTS.fps, num_inference_steps: int = _DEFAULTS.num_inference_steps,
-                 crop: tuple | list | None = None):
+    def __init__(
+        self,
+        vae,
+        unet,
+        reference_encoder: ReferenceEncoder,
+        scheduler,
+        image_size: tuple | list = _DEFAULTS.image_size,
+        num_frames: int = _DEFAULTS.num_frames,
+        frame_stride: int = _DEFAULTS.frame_stride,
+        use_masks: bool = _DEFAULTS.use_masks,
+        fps: int | float = _DEFAULTS.fps,
+        num_inference_steps: int = _DEFAULTS.num_inference_steps,
+        crop: tuple | list | None = None,
+    ):
         super().__init__()
         self.register_modules(vae=vae, unet=unet, reference_encoder=reference_encoder, scheduler=scheduler)
         image_size = tuple(int(x) for x in image_size)
         if len(image_size) != 2 or int(num_frames) < 2 or int(frame_stride) < 1 or int(num_inference_steps) < 1:
-            raise ValueError(f"bad VisAligner settings: image_size={image_size} (H, W), num_frames={num_frames} "
-                             f"(>= 2), frame_stride={frame_stride} (>= 1), num_inference_steps={num_inference_steps} "
-                             f"(>= 1)")
-        self.register_to_config(image_size=image_size, num_frames=int(num_frames), frame_stride=int(frame_stride),
-                                use_masks=bool(use_masks), fps=fps, num_inference_steps=int(num_inference_steps),
-                                crop=None if crop is None else [float(x) for x in crop])
+            raise ValueError(
+                f"bad VisAligner settings: image_size={image_size} (H, W), num_frames={num_frames} "
+                f"(>= 2), frame_stride={frame_stride} (>= 1), num_inference_steps={num_inference_steps} "
+                f"(>= 1)"
+            )
+        self.register_to_config(
+            image_size=image_size,
+            num_frames=int(num_frames),
+            frame_stride=int(frame_stride),
+            use_masks=bool(use_masks),
+            fps=fps,
+            num_inference_steps=int(num_inference_steps),
+            crop=None if crop is None else [float(x) for x in crop],
+        )
         self._reference_image: np.ndarray | None = None
         self.set_progress_bar_config(disable=True)  # called once per env step by the wrapper
 
     # ------------------------------------------------------------------ persistence
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> "VisAlignerPipeline":
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, **kwargs) -> VisAlignerPipeline:
         """Load a local folder written by :meth:`save_pretrained` (or by the old layout; see the
         module docstring). ``kwargs`` go to ``DiffusionPipeline.from_pretrained`` (e.g.
         ``torch_dtype``); ``custom_pipeline`` and ``trust_remote_code`` are refused, and weights are
@@ -222,12 +268,16 @@ class VisAlignerPipeline(DiffusionPipeline):
         path = Path(pretrained_model_name_or_path)
         for key in ("custom_pipeline", "trust_remote_code"):
             if kwargs.get(key):
-                raise ValueError(f"VisAlignerPipeline.from_pretrained does not run code shipped with a model "
-                                 f"folder; drop {key}={kwargs[key]!r}")
+                raise ValueError(
+                    f"VisAlignerPipeline.from_pretrained does not run code shipped with a model "
+                    f"folder; drop {key}={kwargs[key]!r}"
+                )
         if not (path / "model_index.json").is_file():
-            raise FileNotFoundError(f"{path} is not a VisAligner model folder (no model_index.json); pass the folder "
-                                    f"that `embodied-gym visaligner train` wrote (its model/ subfolder); nothing is "
-                                    f"downloaded")
+            raise FileNotFoundError(
+                f"{path} is not a VisAligner model folder (no model_index.json); pass the folder "
+                f"that `embodied-gym visaligner train` wrote (its model/ subfolder); nothing is "
+                f"downloaded"
+            )
         index = json.loads((path / "model_index.json").read_text())
         if _is_old_layout(index):
             return cls._from_old_layout(path, index, kwargs.pop("torch_dtype", None))
@@ -244,7 +294,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         return super().extract_init_dict(config_dict, **kwargs)
 
     @classmethod
-    def _from_old_layout(cls, path: Path, index: dict, torch_dtype=None) -> "VisAlignerPipeline":
+    def _from_old_layout(cls, path: Path, index: dict, torch_dtype=None) -> VisAlignerPipeline:
         """A folder of the layout before this class was a ``DiffusionPipeline``: bare class names in
         ``model_index.json`` and the settings in ``visaligner_config.json``."""
         import diffusers
@@ -252,8 +302,10 @@ class VisAlignerPipeline(DiffusionPipeline):
         from embodied_gym.visaligner import model as model_module
 
         if not (path / CONFIG_NAME).is_file():
-            raise FileNotFoundError(f"{path}/model_index.json has the old layout (bare class names) but {CONFIG_NAME} "
-                                    f"is missing; re-save the model with VisAlignerPipeline.save_pretrained")
+            raise FileNotFoundError(
+                f"{path}/model_index.json has the old layout (bare class names) but {CONFIG_NAME} "
+                f"is missing; re-save the model with VisAlignerPipeline.save_pretrained"
+            )
         components = {}
         for key, allowed in ALLOWED_COMPONENTS.items():
             names = {c: lib for lib, c in allowed}
@@ -308,7 +360,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         out = []
         with torch.no_grad():
             for i in range(0, len(frames), batch):
-                x = torch.from_numpy(frames[i:i + batch]).to(device, dtype).permute(0, 3, 1, 2) / 127.5 - 1
+                x = torch.from_numpy(frames[i : i + batch]).to(device, dtype).permute(0, 3, 1, 2) / 127.5 - 1
                 out.append(self.vae.encode(x).latent_dist.mode() * self.vae.config.scaling_factor)
         return torch.cat(out)
 
@@ -318,7 +370,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         out = []
         with torch.no_grad():
             for i in range(0, len(latents), batch):
-                z = latents[i:i + batch].to(device, dtype) / self.vae.config.scaling_factor
+                z = latents[i : i + batch].to(device, dtype) / self.vae.config.scaling_factor
                 kw = {"num_frames": len(z)} if self.temporal_vae else {}
                 x = self.vae.decode(z, **kw).sample
                 out.append(((x.float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy())
@@ -340,29 +392,40 @@ class VisAlignerPipeline(DiffusionPipeline):
         size = self.config.image_size
         sim = _resize(np.asarray(sim_frames), size)
         ref = _resize(np.asarray(reference)[None], size)[0]
-        m = _resize(np.asarray(masks, dtype=np.uint8), size, nearest=True).astype(bool) \
-            if masks is not None and self.config.use_masks else None
+        m = (
+            _resize(np.asarray(masks, dtype=np.uint8), size, nearest=True).astype(bool)
+            if masks is not None and self.config.use_masks
+            else None
+        )
         return self.encode_frames(condition_video(ref, sim, m)), self.mask_latents(m, len(sim))
 
     # ------------------------------------------------------------------ denoising
     @torch.no_grad()
-    def sample_latents(self, cond: torch.Tensor, mask: torch.Tensor, num_inference_steps: int | None = None,
-                       generator=None, temporal: bool = True) -> torch.Tensor:
+    def sample_latents(
+        self,
+        cond: torch.Tensor,
+        mask: torch.Tensor,
+        num_inference_steps: int | None = None,
+        generator=None,
+        temporal: bool = True,
+    ) -> torch.Tensor:
         """Denoise ``(B, N, C, h, w)`` latents given condition and mask latents; ``generator`` is one
         ``torch.Generator`` for the batch or a list of B, one per clip."""
         steps = num_inference_steps or self.config.num_inference_steps
         self.scheduler.set_timesteps(steps, device=cond.device)
         if isinstance(generator, (list, tuple)):  # one per clip: a clip's noise does not depend on its batch
-            latents = torch.stack([torch.randn(cond.shape[1:], generator=g, device=cond.device, dtype=cond.dtype)
-                                   for g in generator])
+            latents = torch.stack(
+                [torch.randn(cond.shape[1:], generator=g, device=cond.device, dtype=cond.dtype) for g in generator]
+            )
         else:
             latents = torch.randn(cond.shape, generator=generator, device=cond.device, dtype=cond.dtype)
         latents = latents * self.scheduler.init_noise_sigma
         ref_tokens = self.reference_encoder(cond[:, 0])
         with temporal_layers_off(self.unet) if not temporal else contextlib.nullcontext():
             for t in self.progress_bar(self.scheduler.timesteps):
-                pred = denoiser_output(self.unet, self.scheduler.scale_model_input(latents, t), t, cond, mask,
-                                       ref_tokens, self.config.fps)
+                pred = denoiser_output(
+                    self.unet, self.scheduler.scale_model_input(latents, t), t, cond, mask, ref_tokens, self.config.fps
+                )
                 latents = self.scheduler.step(pred.flatten(0, 1), t, latents.flatten(0, 1)).prev_sample.view_as(latents)
         return latents
 
@@ -394,9 +457,17 @@ class VisAlignerPipeline(DiffusionPipeline):
             raise ValueError(f"{len(generator)} generators for {len(sim_clips)} clips; pass one, or one per clip")
 
     @torch.no_grad()
-    def __call__(self, reference, sim_frames, masks=None, num_inference_steps: int | None = None,
-                 generator: torch.Generator | list[torch.Generator] | None = None, temporal: bool = True,
-                 output_type: str = "np", return_dict: bool = True):
+    def __call__(
+        self,
+        reference,
+        sim_frames,
+        masks=None,
+        num_inference_steps: int | None = None,
+        generator: torch.Generator | list[torch.Generator] | None = None,
+        temporal: bool = True,
+        output_type: str = "np",
+        return_dict: bool = True,
+    ):
         """Generate one clip per condition clip, denoised as one batch.
 
         Args:
@@ -432,8 +503,9 @@ class VisAlignerPipeline(DiffusionPipeline):
         self.check_inputs(refs, sims, masks, num_inference_steps, generator, output_type)
 
         conds, mask_lats = zip(*(self.condition_latents(r, s, m) for r, s, m in zip(refs, sims, masks)))
-        latents = self.sample_latents(torch.stack(conds), torch.stack(mask_lats), num_inference_steps, generator,
-                                      temporal)
+        latents = self.sample_latents(
+            torch.stack(conds), torch.stack(mask_lats), num_inference_steps, generator, temporal
+        )
         if output_type == "latent":
             frames = latents
         else:
@@ -456,22 +528,45 @@ class VisAlignerPipeline(DiffusionPipeline):
         return VisAlignerPipelineOutput(frames=frames)
 
     # ------------------------------------------------------------------ clips and episodes (numpy)
-    def generate_clips(self, references, sim_clips, masks=None, num_inference_steps: int | None = None,
-                       generator=None, temporal: bool = True) -> list[np.ndarray]:
+    def generate_clips(
+        self,
+        references,
+        sim_clips,
+        masks=None,
+        num_inference_steps: int | None = None,
+        generator=None,
+        temporal: bool = True,
+    ) -> list[np.ndarray]:
         """Several independent clips of equal length, denoised as one batch: a list of uint8
         ``(N, H, W, 3)`` (see :meth:`__call__`)."""
         masks = list(masks) if masks is not None else None
         return list(self(list(references), list(sim_clips), masks, num_inference_steps, generator, temporal).frames)
 
-    def generate_video(self, reference: np.ndarray, sim_frames: np.ndarray, masks: np.ndarray | None = None,
-                       num_inference_steps: int | None = None, generator: torch.Generator | None = None,
-                       temporal: bool = True, progress: bool = False) -> np.ndarray:
+    def generate_video(
+        self,
+        reference: np.ndarray,
+        sim_frames: np.ndarray,
+        masks: np.ndarray | None = None,
+        num_inference_steps: int | None = None,
+        generator: torch.Generator | None = None,
+        temporal: bool = True,
+        progress: bool = False,
+    ) -> np.ndarray:
         """A whole episode ``(T, H, W, 3)``, chunk by chunk (see the module docstring)."""
-        return self.generate_videos([reference], [sim_frames], [masks], num_inference_steps, generator, temporal,
-                                    progress)[0]
+        return self.generate_videos(
+            [reference], [sim_frames], [masks], num_inference_steps, generator, temporal, progress
+        )[0]
 
-    def generate_videos(self, references, sim_videos, masks=None, num_inference_steps: int | None = None,
-                        generator=None, temporal: bool = True, progress: bool = False) -> list[np.ndarray]:
+    def generate_videos(
+        self,
+        references,
+        sim_videos,
+        masks=None,
+        num_inference_steps: int | None = None,
+        generator=None,
+        temporal: bool = True,
+        progress: bool = False,
+    ) -> list[np.ndarray]:
         """Several episodes at once (any lengths): chunk k of every episode that has one is denoised in
         one batch. With ``generator`` a list (one per episode) every episode's frames are the same as
         when generated alone, whatever it is batched with."""
@@ -494,11 +589,16 @@ class VisAlignerPipeline(DiffusionPipeline):
                         groups.setdefault(e - a, []).append((i, a, e))
             for items in groups.values():
                 gens = [generator[i] for i, _, _ in items] if isinstance(generator, (list, tuple)) else generator
-                clips = self.generate_clips([outs[i][a] for i, a, _ in items], [sims[i][a:e] for i, a, e in items],
-                                            [None if masks[i] is None else masks[i][a:e] for i, a, e in items],
-                                            num_inference_steps, gens, temporal)
+                clips = self.generate_clips(
+                    [outs[i][a] for i, a, _ in items],
+                    [sims[i][a:e] for i, a, e in items],
+                    [None if masks[i] is None else masks[i][a:e] for i, a, e in items],
+                    num_inference_steps,
+                    gens,
+                    temporal,
+                )
                 for (i, a, e), clip in zip(items, clips):
-                    outs[i][a + 1:e] = clip[1:]
+                    outs[i][a + 1 : e] = clip[1:]
         return outs
 
 

@@ -92,7 +92,7 @@ class VisAlignerConfig:
         write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "VisAlignerConfig":
+    def load(cls, path: str | os.PathLike) -> VisAlignerConfig:
         with open(path) as f:
             return cls(**json.load(f))
 
@@ -112,9 +112,18 @@ def preset(name: str, **overrides) -> VisAlignerConfig:
     if name == "tiny":
         cfg = {}
     elif name == "svd":
-        cfg = dict(image_size=(256, 320), num_frames=14, frame_stride=7, latent_channels=4,
-                   vae_block_out_channels=(128, 256, 512, 512), cross_attention_dim=1024, fps=7,
-                   gradient_checkpointing=True, mixed_precision="bf16", num_inference_steps=25)
+        cfg = dict(
+            image_size=(256, 320),
+            num_frames=14,
+            frame_stride=7,
+            latent_channels=4,
+            vae_block_out_channels=(128, 256, 512, 512),
+            cross_attention_dim=1024,
+            fps=7,
+            gradient_checkpointing=True,
+            mixed_precision="bf16",
+            num_inference_steps=25,
+        )
     else:
         raise ValueError(f"unknown preset {name!r}; choose one of {list(PRESET_NAMES)}")
     cfg.update(overrides)

@@ -39,11 +39,24 @@ def load_image(path: str | os.PathLike, size: tuple[int, int] | None = None) -> 
     return np.ascontiguousarray(img)
 
 
-def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: str | os.PathLike, *,
-                   camera: str = "cam_high", reference: str | os.PathLike | None = None,
-                   episodes: list[int] | None = None, physics=None, num_inference_steps: int | None = None,
-                   seed: int = 0, frame_stride: int | None = None, batch_episodes: int = 8, resume: bool = False,
-                   progress: bool = True, crf: int | None = DEFAULT_CRF, device: str = "cpu") -> dict:
+def render_dataset(
+    dataset: str | os.PathLike,
+    model: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    camera: str = "cam_high",
+    reference: str | os.PathLike | None = None,
+    episodes: list[int] | None = None,
+    physics=None,
+    num_inference_steps: int | None = None,
+    seed: int = 0,
+    frame_stride: int | None = None,
+    batch_episodes: int = 8,
+    resume: bool = False,
+    progress: bool = True,
+    crf: int | None = DEFAULT_CRF,
+    device: str = "cpu",
+) -> dict:
     """Write ``out`` (see the module docstring); returns a summary dict (episodes rendered, frames
     generated, timings).
 
@@ -89,9 +102,11 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     task = src.require_task()
     pipe = VisAlignerPipeline.from_pretrained(model).to(device)
     if pipe.config.crop is not None:
-        raise ValueError(f"{model} was trained on a region of the camera frame (crop {pipe.config.crop}); render "
-                         f"writes whole camera frames: train a model without --crop to render datasets (a crop "
-                         f"model makes pose-estimator frames: embodied_gym.perception.generate_visaligner_frames)")
+        raise ValueError(
+            f"{model} was trained on a region of the camera frame (crop {pipe.config.crop}); render "
+            f"writes whole camera frames: train a model without --crop to render datasets (a crop "
+            f"model makes pose-estimator frames: embodied_gym.perception.generate_visaligner_frames)"
+        )
     stride = pipe.config.frame_stride if frame_stride is None else frame_stride
     if stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
@@ -103,8 +118,10 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
     elif (Path(model) / REFERENCE_NAME).exists():
         fixed_ref, ref_source = load_image(Path(model) / REFERENCE_NAME, size), f"{Path(model) / REFERENCE_NAME}"
     else:
-        raise ValueError(f"{src_root} is a sim recording and the model folder has no {REFERENCE_NAME}: pass "
-                         f"--reference IMAGE (a real camera frame)")
+        raise ValueError(
+            f"{src_root} is a sim recording and the model folder has no {REFERENCE_NAME}: pass "
+            f"--reference IMAGE (a real camera frame)"
+        )
     log.info("visaligner render: reference = %s", ref_source)
 
     features = {k: v for k, v in src.features.items() if k not in AUTO_FEATURES}
@@ -118,31 +135,48 @@ def render_dataset(dataset: str | os.PathLike, model: str | os.PathLike, out: st
         todo = wanted[done:]
         bar = tqdm(total=len(todo), desc="visaligner render", unit="ep", disable=not progress)
         for g0 in range(0, len(todo), batch_episodes):
-            group = todo[g0:g0 + batch_episodes]
+            group = todo[g0 : g0 + batch_episodes]
             eps = src.episodes(group)
             sims, masks = zip(*(replay_render(ep, env, camera, size) for ep in eps))
             refs = [fixed_ref if fixed_ref is not None else src.frames(camera, e)[0] for e in group]
             keys = [np.arange(0, len(v), stride) for v in sims]
             seeds = [torch.Generator(pipe.device).manual_seed(seed + e) for e in group]  # batching-independent
-            gens = pipe.generate_videos(refs, [v[k] for v, k in zip(sims, keys)], [m[k] for m, k in zip(masks, keys)],
-                                        num_inference_steps, seeds)
+            gens = pipe.generate_videos(
+                refs,
+                [v[k] for v, k in zip(sims, keys)],
+                [m[k] for m, k in zip(masks, keys)],
+                num_inference_steps,
+                seeds,
+            )
             gens = [g[np.arange(len(v)) // stride] for g, v in zip(gens, sims)]  # hold each keyframe
             for e, ep, gen in zip(group, eps, gens):
                 rows_e = hf.select(np.flatnonzero(ep_col == e).tolist())
                 try:
                     for t in range(len(rows_e)):
                         r = rows_e[t]
-                        frame = {k: np.asarray(r[k], dtype=features[k]["dtype"]).reshape(features[k]["shape"])
-                                 for k in features if k != key}
+                        frame = {
+                            k: np.asarray(r[k], dtype=features[k]["dtype"]).reshape(features[k]["shape"])
+                            for k in features
+                            if k != key
+                        }
                         frame[key] = gen[t]
                         frame[TASK] = ep.task
                         writer.add_frame(frame)
                 except BaseException:
                     writer.discard_episode()
                     raise
-                writer.save_episode(dict(src.row(e), source_episode=e,
-                                         visaligner={"model": os.path.abspath(model), "reference": ref_source,
-                                                     "camera": camera, "frame_stride": stride}))
+                writer.save_episode(
+                    dict(
+                        src.row(e),
+                        source_episode=e,
+                        visaligner={
+                            "model": os.path.abspath(model),
+                            "reference": ref_source,
+                            "camera": camera,
+                            "frame_stride": stride,
+                        },
+                    )
+                )
                 bar.update(1)
         bar.close()
     finally:

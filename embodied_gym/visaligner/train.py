@@ -29,12 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from embodied_gym.atomic import atomic_dir, save_figure
 from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import setting
-import torch.nn.functional as F
-
 from embodied_gym.visaligner.conditioning import condition_video
 from embodied_gym.visaligner.model import denoiser_output
 from embodied_gym.visaligner.paired import PairedEpisode, crop_paired, paired_episodes_cached
@@ -51,15 +50,15 @@ class TrainConfig:
     """What :func:`train` does; ``model`` overrides fields of the preset's :class:`VisAlignerConfig`.
     Also the ``embodied-gym visaligner train`` command line and its ``--config`` YAML."""
 
-    dataset: str | None = setting(None, required=True,
-                                  help="LeRobotDataset recorded with a camera (e.g. a -Real- id)")
+    dataset: str | None = setting(None, required=True, help="LeRobotDataset recorded with a camera (e.g. a -Real- id)")
     out: str | None = setting(None, required=True, help="output folder (paired cache, checkpoint/, samples/, model/)")
     preset: str = setting("tiny", choices=("tiny", "svd"), help="model preset (svd needs --pretrained)")
     camera: str = setting("cam_high", help="the camera to align")
     episodes: list[int] | None = setting(None, help="training episodes (default: all)")
     physics: str | None = setting(None, help="calibrated physics JSON for the sim replay (default: nominal)")
-    sam_checkpoint: str | None = setting(None, help="segment-anything weights for real-video object masks "
-                                                    "(default: classical static-camera masks)")
+    sam_checkpoint: str | None = setting(
+        None, help="segment-anything weights for real-video object masks (default: classical static-camera masks)"
+    )
     model: dict = setting(default_factory=dict, help="VisAlignerConfig overrides, e.g. num_frames=8 use_masks=false")
     vae_steps: int = setting(400, help="VAE fine-tuning steps")
     vae_batch_size: int = setting(32, help="frames per VAE step")
@@ -72,9 +71,12 @@ class TrainConfig:
     sample_steps: int = setting(20, help="denoising steps of the sample grids")
     seed: int = setting(0, help="seed")
     num_threads: int | None = setting(None, flag="--threads", help="torch CPU threads (1 is fastest on a busy machine)")
-    device: str | None = setting(None, choices=("cpu", "cuda"),
-                                 help="cpu or cuda (default: accelerate's choice, the GPU when torch sees one; under "
-                                      "`accelerate launch` each process's own GPU)")
+    device: str | None = setting(
+        None,
+        choices=("cpu", "cuda"),
+        help="cpu or cuda (default: accelerate's choice, the GPU when torch sees one; under "
+        "`accelerate launch` each process's own GPU)",
+    )
     progress: bool = setting(True, cli=False)
 
 
@@ -92,8 +94,11 @@ def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedE
     # Condition frames are encoded one by one, so frame 0 being the reference does not matter
     # here: the clip sampler puts the clip's reference (a real latent) in front.
     cond_frames = condition_video(ep.sim[0], ep.sim, masks)
-    return EpisodeLatents(pipe.encode_frames(ep.real).cpu(), pipe.encode_frames(cond_frames).cpu(),
-                          pipe.mask_latents(masks, len(ep.sim)).cpu())
+    return EpisodeLatents(
+        pipe.encode_frames(ep.real).cpu(),
+        pipe.encode_frames(cond_frames).cpu(),
+        pipe.mask_latents(masks, len(ep.sim)).cpu(),
+    )
 
 
 def sample_clips(latents: list[EpisodeLatents], cfg: VisAlignerConfig, batch: int, rng: np.random.Generator):
@@ -104,7 +109,7 @@ def sample_clips(latents: list[EpisodeLatents], cfg: VisAlignerConfig, batch: in
     for _ in range(batch):
         ep = latents[rng.integers(len(latents))]
         T = len(ep.real)
-        stride = cfg.frame_stride if T > span else max(1, (T - 1) // (cfg.num_frames - 1))
+        stride = cfg.frame_stride if span < T else max(1, (T - 1) // (cfg.num_frames - 1))
         s = int(rng.integers(0, max(1, T - (cfg.num_frames - 1) * stride)))
         idx = s + stride * np.arange(cfg.num_frames)
         idx = np.minimum(idx, T - 1)
@@ -133,8 +138,16 @@ def sample_grid(real: np.ndarray, condition: np.ndarray, generated: np.ndarray) 
     return np.concatenate([rows[0], gap, rows[1], gap, rows[2]], axis=0)
 
 
-def diffusion_loss(unet, reference_encoder, scheduler, target: torch.Tensor, cond: torch.Tensor,
-                   mask: torch.Tensor, fps: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def diffusion_loss(
+    unet,
+    reference_encoder,
+    scheduler,
+    target: torch.Tensor,
+    cond: torch.Tensor,
+    mask: torch.Tensor,
+    fps: float,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """The denoiser's diffusion loss on a batch of clips.
 
     Args:
@@ -162,8 +175,9 @@ def diffusion_loss(unet, reference_encoder, scheduler, target: torch.Tensor, con
     return F.mse_loss(pred.float(), goal.float())
 
 
-def write_samples(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode, path_stem: str, steps: int,
-                  seed: int) -> None:
+def write_samples(
+    pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode, path_stem: str, steps: int, seed: int
+) -> None:
     from embodied_gym.video import write_mp4
 
     real, sim, masks = clip_frames(ep, cfg)
@@ -185,7 +199,7 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
         x, y = np.array(pts).T
         ax.plot(x, y, alpha=0.35, label=f"{stage} (per step)")
         k = max(1, len(y) // 20)
-        ax.plot(x[k - 1:], np.convolve(y, np.ones(k) / k, mode="valid"), label=f"{stage} (mean of {k})")
+        ax.plot(x[k - 1 :], np.convolve(y, np.ones(k) / k, mode="valid"), label=f"{stage} (mean of {k})")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
@@ -194,8 +208,9 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
     save_figure(fig, path)
 
 
-def train_vae(pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator,
-              loss_rows: list[dict]) -> None:
+def train_vae(
+    pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator, loss_rows: list[dict]
+) -> None:
     """Fit the tiny preset's AutoencoderKL (``pipe.vae``, trained in place) on real, sim and
     condition frames, then set its ``scaling_factor`` to 1/std of the latents."""
     from tqdm import tqdm
@@ -245,25 +260,45 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     out.mkdir(parents=True, exist_ok=True)
     cfg = preset(tc.preset, **tc.model)
     if tc.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("VisAligner training: device cuda, but torch sees no GPU (torch.cuda.is_available() is "
-                         "False); use --device cpu, or a CUDA build of torch on a GPU machine")
+        raise ValueError(
+            "VisAligner training: device cuda, but torch sees no GPU (torch.cuda.is_available() is "
+            "False); use --device cpu, or a CUDA build of torch on a GPU machine"
+        )
     on_cpu = tc.device == "cpu" or not torch.cuda.is_available()
     accelerator = Accelerator(cpu=tc.device == "cpu", mixed_precision="no" if on_cpu else cfg.mixed_precision)
     torch.manual_seed(tc.seed + accelerator.process_index)
 
     if accelerator.is_main_process:
-        episodes = paired_episodes_cached(tc.dataset, out / "paired.npz", tc.camera, episodes=tc.episodes,
-                                          physics=tc.physics, sam_checkpoint=tc.sam_checkpoint, progress=tc.progress)
+        episodes = paired_episodes_cached(
+            tc.dataset,
+            out / "paired.npz",
+            tc.camera,
+            episodes=tc.episodes,
+            physics=tc.physics,
+            sam_checkpoint=tc.sam_checkpoint,
+            progress=tc.progress,
+        )
     accelerator.wait_for_everyone()
     if not accelerator.is_main_process:
-        episodes = paired_episodes_cached(tc.dataset, out / "paired.npz", tc.camera, episodes=tc.episodes,
-                                          physics=tc.physics, sam_checkpoint=tc.sam_checkpoint, progress=False)
+        episodes = paired_episodes_cached(
+            tc.dataset,
+            out / "paired.npz",
+            tc.camera,
+            episodes=tc.episodes,
+            physics=tc.physics,
+            sam_checkpoint=tc.sam_checkpoint,
+            progress=False,
+        )
     if cfg.crop is not None:  # replayed and masked whole, then cut: the masker sees the whole frame
         episodes = [crop_paired(ep, cfg.crop) for ep in episodes]
     frame_size = tuple(episodes[0].real.shape[1:3])
     if cfg.preset == "tiny" and "image_size" not in tc.model and frame_size != cfg.image_size:
-        log.info("dataset frames are %s%s; the model works at %s (frames are resized)", frame_size,
-                 f" (crop {cfg.crop})" if cfg.crop else "", cfg.image_size)
+        log.info(
+            "dataset frames are %s%s; the model works at %s (frames are resized)",
+            frame_size,
+            f" (crop {cfg.crop})" if cfg.crop else "",
+            cfg.image_size,
+        )
 
     store = CheckpointStore(out, unit="step", keep=1)
     latest = store.latest()
@@ -274,8 +309,10 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     start_step = 0
     if state_path.exists():
         if not (ckpt / CONFIG_NAME).exists():
-            raise FileNotFoundError(f"{ckpt} has no {CONFIG_NAME} (the model config it was trained with); delete "
-                                    f"{ckpt} to start over or use a new --out")
+            raise FileNotFoundError(
+                f"{ckpt} has no {CONFIG_NAME} (the model config it was trained with); delete "
+                f"{ckpt} to start over or use a new --out"
+            )
         if VisAlignerConfig.load(ckpt / CONFIG_NAME).to_dict() != cfg.to_dict():
             raise ValueError(f"{ckpt} was trained with another model config; use a new --out or delete it")
         pipe = VisAlignerPipeline.from_pretrained(ckpt)
@@ -302,8 +339,10 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     if cfg.gradient_checkpointing:
         unet.enable_gradient_checkpointing()
 
-    latents = [episode_latents(pipe, cfg, ep) for ep in tqdm(episodes, desc="latents", unit="ep",
-                                                             disable=not (tc.progress and accelerator.is_main_process))]
+    latents = [
+        episode_latents(pipe, cfg, ep)
+        for ep in tqdm(episodes, desc="latents", unit="ep", disable=not (tc.progress and accelerator.is_main_process))
+    ]
     params = list(unet.parameters()) + list(ref.parameters())
     opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=1e-4)
     if state_path.exists():
@@ -325,8 +364,13 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
 
         store.save(step, write)
 
-    bar = tqdm(range(start_step, tc.steps), desc="visaligner", initial=start_step, total=tc.steps,
-               disable=not (tc.progress and accelerator.is_main_process))
+    bar = tqdm(
+        range(start_step, tc.steps),
+        desc="visaligner",
+        initial=start_step,
+        total=tc.steps,
+        disable=not (tc.progress and accelerator.is_main_process),
+    )
     with open(out / "loss.jsonl", "a") as loss_log:
         for step in bar:
             tgt, cond, mask = (x.to(accelerator.device) for x in sample_clips(latents, cfg, tc.batch_size, rng))
@@ -358,6 +402,7 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
     ref.eval()
     pipe.reference_image = episodes[0].real[0]  # the default reference of `render` (reference.png)
     if accelerator.is_main_process:
+
         def write_model(d):
             pipe.save_pretrained(d)
             cfg.save(d / CONFIG_NAME)

@@ -35,12 +35,27 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
     (``obs_type`` ``pixels`` or ``pixels_state``); object masks come from the sim's segmentation.
     """
 
-    def __init__(self, env: gym.Env, pipeline, camera: str = "cam_high", reference: np.ndarray | None = None,
-                 frame_stride: int | None = None, num_inference_steps: int | None = None, seed: int = 0,
-                 temporal: bool = True):
-        gym.utils.RecordConstructorArgs.__init__(self, pipeline=pipeline, camera=camera, reference=reference,
-                                                 frame_stride=frame_stride, num_inference_steps=num_inference_steps,
-                                                 seed=seed, temporal=temporal)
+    def __init__(
+        self,
+        env: gym.Env,
+        pipeline,
+        camera: str = "cam_high",
+        reference: np.ndarray | None = None,
+        frame_stride: int | None = None,
+        num_inference_steps: int | None = None,
+        seed: int = 0,
+        temporal: bool = True,
+    ):
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            pipeline=pipeline,
+            camera=camera,
+            reference=reference,
+            frame_stride=frame_stride,
+            num_inference_steps=num_inference_steps,
+            seed=seed,
+            temporal=temporal,
+        )
         gym.ObservationWrapper.__init__(self, env)
         import torch
 
@@ -48,25 +63,33 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
 
         space = env.observation_space
         if not isinstance(space, gym.spaces.Dict) or camera not in space.spaces:
-            raise ValueError(f"VisAlignerWrapper needs obs[{camera!r}]: make the env with obs_type='pixels' or "
-                             f"'pixels_state' and cameras=({camera!r},)")
+            raise ValueError(
+                f"VisAlignerWrapper needs obs[{camera!r}]: make the env with obs_type='pixels' or "
+                f"'pixels_state' and cameras=({camera!r},)"
+            )
         if not getattr(env.unwrapped, "is_simulated", False):
-            raise ValueError("VisAlignerWrapper needs a simulated embodied-gym env (it renders object masks from "
-                             "the sim's segmentation); a -Real- env already shows real frames")
+            raise ValueError(
+                "VisAlignerWrapper needs a simulated embodied-gym env (it renders object masks from "
+                "the sim's segmentation); a -Real- env already shows real frames"
+            )
         if isinstance(pipeline, (str, os.PathLike)):  # a model folder, as the CLIs pass it
             from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
             pipeline = VisAlignerPipeline.from_pretrained(pipeline)
         if pipeline.config.crop is not None:
-            raise ValueError(f"this VisAligner model was trained on a region of the camera frame (crop "
-                             f"{pipeline.config.crop}); the wrapper replaces whole frames: use a model trained "
-                             f"without --crop")
+            raise ValueError(
+                f"this VisAligner model was trained on a region of the camera frame (crop "
+                f"{pipeline.config.crop}); the wrapper replaces whole frames: use a model trained "
+                f"without --crop"
+            )
         self.pipeline, self.camera = pipeline, camera
         self.image_shape = space.spaces[camera].shape
         ref = reference if reference is not None else pipeline.reference_image
         if ref is None:
-            raise ValueError("no reference image: pass reference=... (a real camera frame) or load a model folder "
-                             "that holds reference.png")
+            raise ValueError(
+                "no reference image: pass reference=... (a real camera frame) or load a model folder "
+                "that holds reference.png"
+            )
         self.reference = _fit(np.asarray(ref, dtype=np.uint8), self.image_shape[:2])
         self.frame_stride = int(frame_stride or pipeline.config.frame_stride)
         self.num_inference_steps, self.temporal = num_inference_steps, temporal

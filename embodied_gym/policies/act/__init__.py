@@ -8,15 +8,45 @@
 - :mod:`.training`: :func:`train_act`, one readable loop.
 """
 
-from embodied_gym.policies.act.checkpoints import (POLICY_META, latest_checkpoint, load_training_state,
-                                                   resolve_pretrained_dir, save_checkpoint)
+from embodied_gym.policies.act.checkpoints import (
+    POLICY_META,
+    latest_checkpoint,
+    load_training_state,
+    resolve_pretrained_dir,
+    save_checkpoint,
+)
 from embodied_gym.policies.act.configuration import PRESETS, ACTPreset, ACTTrainConfig, preset_field_names
-from embodied_gym.policies.act.data import (STD_FLOOR, TrainingFrames, load_training_frames, normalisation_stats,
-                                            resize_images, select_cameras)
+from embodied_gym.policies.act.data import (
+    STD_FLOOR,
+    TrainingFrames,
+    load_training_frames,
+    normalisation_stats,
+    resize_images,
+    select_cameras,
+)
 from embodied_gym.policies.act.modeling import load_backbone_weights, make_act_policy
 from embodied_gym.policies.act.training import TrainResult, make_optimizer, plot_training_log, train_act
 
-__all__ = ["ACTPreset", "PRESETS", "ACTTrainConfig", "preset_field_names", "TrainingFrames", "STD_FLOOR",
-           "normalisation_stats", "resize_images", "select_cameras", "load_training_frames", "make_act_policy",
-           "load_backbone_weights", "POLICY_META", "save_checkpoint", "load_training_state", "latest_checkpoint",
-           "resolve_pretrained_dir", "TrainResult", "train_act", "plot_training_log", "make_optimizer"]
+__all__ = [
+    "POLICY_META",
+    "PRESETS",
+    "STD_FLOOR",
+    "ACTPreset",
+    "ACTTrainConfig",
+    "TrainResult",
+    "TrainingFrames",
+    "latest_checkpoint",
+    "load_backbone_weights",
+    "load_training_frames",
+    "load_training_state",
+    "make_act_policy",
+    "make_optimizer",
+    "normalisation_stats",
+    "plot_training_log",
+    "preset_field_names",
+    "resize_images",
+    "resolve_pretrained_dir",
+    "save_checkpoint",
+    "select_cameras",
+    "train_act",
+]

@@ -26,8 +26,9 @@ MODEL_DIR = "pretrained_model"
 STATE_DIR = "training_state"
 
 
-def save_checkpoint(store: CheckpointStore, counter: int, policy, pre, post, optimizer, generator: torch.Generator,
-                    meta: dict) -> Path:
+def save_checkpoint(
+    store: CheckpointStore, counter: int, policy, pre, post, optimizer, generator: torch.Generator, meta: dict
+) -> Path:
     """Write checkpoint ``counter`` (a step or an iteration, as ``store.unit`` says) atomically."""
     from lerobot.optim.optimizers import save_optimizer_state
     from safetensors.torch import save_file
@@ -40,8 +41,10 @@ def save_checkpoint(store: CheckpointStore, counter: int, policy, pre, post, opt
         (model_dir / POLICY_META).write_text(json.dumps(dict(meta, **{store.unit: counter}), indent=2))
         state_dir.mkdir(parents=True)
         save_optimizer_state(optimizer, state_dir)
-        save_file({"torch_rng": torch.get_rng_state(), "sampler_rng": generator.get_state()},
-                  str(state_dir / "rng_state.safetensors"))
+        save_file(
+            {"torch_rng": torch.get_rng_state(), "sampler_rng": generator.get_state()},
+            str(state_dir / "rng_state.safetensors"),
+        )
         if store.unit == "step":  # LeRobot's own training-state file, which its resume reads
             (state_dir / "training_step.json").write_text(json.dumps({"step": counter}))
 
@@ -83,8 +86,10 @@ def resolve_pretrained_dir(path: str | os.PathLike) -> Path:
     ckpt = latest_checkpoint(p)
     if ckpt is not None:
         return ckpt / MODEL_DIR
-    raise FileNotFoundError(f"{path} holds no policy: expected a LeRobot pretrained_model folder (config.json, "
-                            f"model.safetensors), a checkpoint folder, or an `embodied-gym train act --out` folder")
+    raise FileNotFoundError(
+        f"{path} holds no policy: expected a LeRobot pretrained_model folder (config.json, "
+        f"model.safetensors), a checkpoint folder, or an `embodied-gym train act --out` folder"
+    )
 
 
-__all__ = ["POLICY_META", "save_checkpoint", "load_training_state", "latest_checkpoint", "resolve_pretrained_dir"]
+__all__ = ["POLICY_META", "latest_checkpoint", "load_training_state", "resolve_pretrained_dir", "save_checkpoint"]

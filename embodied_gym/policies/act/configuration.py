@@ -63,14 +63,42 @@ PRESETS: dict[str, ACTPreset] = {
     # another aspect ratio, its shape), so record at the size to train at. lr 3e-4 with a cosine decay:
     # on PickCup from joint state + the true cup position (200 demos, 8000 steps of batch 32) it reached
     # 90 % in the sim against 73 % with a constant 1e-4 (benchmarks/act_ceiling.py, docs/policies.md).
-    "cpu": ACTPreset(chunk_size=20, n_action_steps=10, dim_model=128, n_heads=4, dim_feedforward=512,
-                     n_encoder_layers=2, n_decoder_layers=1, latent_dim=16, n_vae_encoder_layers=2, kl_weight=10.0,
-                     lr=3e-4, batch_size=8, steps=2000, image_size=None, lr_schedule="cosine", warmup_steps=200),
+    "cpu": ACTPreset(
+        chunk_size=20,
+        n_action_steps=10,
+        dim_model=128,
+        n_heads=4,
+        dim_feedforward=512,
+        n_encoder_layers=2,
+        n_decoder_layers=1,
+        latent_dim=16,
+        n_vae_encoder_layers=2,
+        kl_weight=10.0,
+        lr=3e-4,
+        batch_size=8,
+        steps=2000,
+        image_size=None,
+        lr_schedule="cosine",
+        warmup_steps=200,
+    ),
     # ACT's ALOHA sizes (Zhao et al., arXiv 2304.13705: dim 512, 4 encoder / 7 decoder layers, KL weight
     # 10, batch 8, ResNet-18) with the robot vendor's defaults the paper trains with (chunk 32, lr 4e-5).
-    "paper": ACTPreset(chunk_size=32, n_action_steps=32, dim_model=512, n_heads=8, dim_feedforward=3200,
-                       n_encoder_layers=4, n_decoder_layers=7, latent_dim=32, n_vae_encoder_layers=4, kl_weight=10.0,
-                       lr=4e-5, batch_size=8, steps=100_000, image_size=None),
+    "paper": ACTPreset(
+        chunk_size=32,
+        n_action_steps=32,
+        dim_model=512,
+        n_heads=8,
+        dim_feedforward=3200,
+        n_encoder_layers=4,
+        n_decoder_layers=7,
+        latent_dim=32,
+        n_vae_encoder_layers=4,
+        kl_weight=10.0,
+        lr=4e-5,
+        batch_size=8,
+        steps=100_000,
+        image_size=None,
+    ),
 }
 
 
@@ -78,36 +106,57 @@ PRESETS: dict[str, ACTPreset] = {
 class ACTTrainConfig:
     """One ACT training run. ``None`` fields take the preset's value."""
 
-    dataset: str | None = setting(None, required=True,
-                                  help="LeRobotDataset folder (from `embodied-gym record` or `generate`)")
+    dataset: str | None = setting(
+        None, required=True, help="LeRobotDataset folder (from `embodied-gym record` or `generate`)"
+    )
     out: str | None = setting(None, required=True, help="output folder: checkpoints/, train_log.jsonl, loss.png")
-    preset: str = setting("cpu", choices=tuple(PRESETS),
-                          help="cpu: small ACT, 2000 steps; paper: ACT's ALOHA sizes (default cpu); both train on "
-                               "images as recorded")
+    preset: str = setting(
+        "cpu",
+        choices=tuple(PRESETS),
+        help="cpu: small ACT, 2000 steps; paper: ACT's ALOHA sizes (default cpu); both train on images as recorded",
+    )
     cameras: tuple[str, ...] | None = setting(None, help="cameras to use (default: all in the dataset)")
-    images: bool | None = setting(None, help="camera images as inputs (default: when the dataset has videos); "
-                                             "--no-images: joint state and environment state only (no ResNet)")
-    env_state: bool | None = setting(None, help="observation.environment_state (estimated object poses) as an "
-                                                "input (default: when the dataset has it)")
+    images: bool | None = setting(
+        None,
+        help="camera images as inputs (default: when the dataset has videos); "
+        "--no-images: joint state and environment state only (no ResNet)",
+    )
+    env_state: bool | None = setting(
+        None,
+        help="observation.environment_state (estimated object poses) as an input (default: when the dataset has it)",
+    )
     steps: int | None = setting(None, help="optimisation steps (default: the preset's)")
     batch_size: int | None = setting(None, help="samples per step (default: the preset's)")
     lr: float | None = setting(None, help="learning rate (default: the preset's)")
-    lr_schedule: str | None = setting(None, choices=LR_SCHEDULES,
-                                      help="constant, or cosine: warm-up then a cosine decay to 0 at --steps "
-                                           "(default: the preset's; cpu: cosine, paper: constant)")
+    lr_schedule: str | None = setting(
+        None,
+        choices=LR_SCHEDULES,
+        help="constant, or cosine: warm-up then a cosine decay to 0 at --steps "
+        "(default: the preset's; cpu: cosine, paper: constant)",
+    )
     chunk_size: int | None = setting(None, help="actions predicted per query (default: the preset's)")
     n_action_steps: int | None = setting(None, help="actions run per predicted chunk (default: the preset's)")
-    image_size: tuple[int, int] | None = setting(None, metavar=("H", "W"),
-                                                 help="resize images to (default: as recorded)")
-    temporal_ensemble_coeff: float | None = setting(None, flag="--temporal-ensemble", metavar="COEFF",
-                                                    help="ACT temporal ensembling coefficient (0.01 in ACT); "
-                                                         "sets n_action_steps to 1")
-    backbone_weights: str | None = setting(None, help="local ResNet weights file (.safetensors/.pth), e.g. "
-                                                      "torchvision's resnet18 IMAGENET1K_V1 state dict saved on a "
-                                                      "machine with network; default: random init, never downloaded")
+    image_size: tuple[int, int] | None = setting(
+        None, metavar=("H", "W"), help="resize images to (default: as recorded)"
+    )
+    temporal_ensemble_coeff: float | None = setting(
+        None,
+        flag="--temporal-ensemble",
+        metavar="COEFF",
+        help="ACT temporal ensembling coefficient (0.01 in ACT); sets n_action_steps to 1",
+    )
+    backbone_weights: str | None = setting(
+        None,
+        help="local ResNet weights file (.safetensors/.pth), e.g. "
+        "torchvision's resnet18 IMAGENET1K_V1 state dict saved on a "
+        "machine with network; default: random init, never downloaded",
+    )
     episodes: list[int] | None = setting(None, help="dataset episodes to train on (default: all)")
-    successful_only: bool = setting(False, help="only the episodes (of --episodes) whose sidecar row marks them "
-                                                "successful: a scripted expert's failed demos are not imitated")
+    successful_only: bool = setting(
+        False,
+        help="only the episodes (of --episodes) whose sidecar row marks them "
+        "successful: a scripted expert's failed demos are not imitated",
+    )
     save_every: int = setting(500, help="steps between checkpoints")
     log_every: int = setting(50, help="steps between rows of train_log.jsonl")
     seed: int = setting(0, help="seed of the initialisation and the sampler")
@@ -149,4 +198,4 @@ def preset_field_names() -> list[str]:
     return [f.name for f in fields(ACTPreset)]
 
 
-__all__ = ["ACTPreset", "PRESETS", "LR_SCHEDULES", "ACTTrainConfig", "preset_field_names"]
+__all__ = ["LR_SCHEDULES", "PRESETS", "ACTPreset", "ACTTrainConfig", "preset_field_names"]

@@ -61,8 +61,9 @@ def resize_images(frames: torch.Tensor, size: tuple[int, int] | None) -> torch.T
     at inference, so the policy sees identically resized frames in both."""
     if size is None or tuple(frames.shape[-2:]) == tuple(size):
         return frames
-    out = torch.nn.functional.interpolate(frames.float(), size=tuple(size), mode="bilinear", antialias=True,
-                                          align_corners=False)
+    out = torch.nn.functional.interpolate(
+        frames.float(), size=tuple(size), mode="bilinear", antialias=True, align_corners=False
+    )
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
@@ -79,9 +80,16 @@ def select_cameras(ds: RecordedDataset, cameras) -> list[str]:
     return list(cameras)
 
 
-def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, cameras: list[str], chunk_size: int,
-                         image_size: tuple[int, int] | None, progress: bool = True, *,
-                         env_state: bool = False) -> TrainingFrames:
+def load_training_frames(
+    ds: RecordedDataset,
+    episodes: list[int] | None,
+    cameras: list[str],
+    chunk_size: int,
+    image_size: tuple[int, int] | None,
+    progress: bool = True,
+    *,
+    env_state: bool = False,
+) -> TrainingFrames:
     """Decode ``episodes`` (all by default) of the dataset once: images (resized), state, action
     chunks with LeRobot's padding rule (indices past the episode's end repeat its last action and
     are flagged ``action_is_pad``), and ``observation.environment_state`` when ``env_state``."""
@@ -107,8 +115,9 @@ def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, camera
         for cam in cameras:
             frames = torch.from_numpy(ds.frames(cam, int(ep))).permute(0, 3, 1, 2)
             if len(frames) != len(rows):
-                raise ValueError(f"dataset {ds.root}: episode {ep} has {len(rows)} frames but its {cam} video "
-                                 f"{len(frames)}")
+                raise ValueError(
+                    f"dataset {ds.root}: episode {ep} has {len(rows)} frames but its {cam} video {len(frames)}"
+                )
             images[F.image_key(cam)].append(resize_images(frames, image_size).contiguous())
     rows = np.concatenate(order)
     inverse = torch.as_tensor(np.argsort(rows))
@@ -120,5 +129,11 @@ def load_training_frames(ds: RecordedDataset, episodes: list[int] | None, camera
     return TrainingFrames(images=imgs, state=state, actions=chunks, action_is_pad=pad, env_state=env)
 
 
-__all__ = ["TrainingFrames", "STD_FLOOR", "normalisation_stats", "resize_images", "select_cameras",
-           "load_training_frames"]
+__all__ = [
+    "STD_FLOOR",
+    "TrainingFrames",
+    "load_training_frames",
+    "normalisation_stats",
+    "resize_images",
+    "select_cameras",
+]

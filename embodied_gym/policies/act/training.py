@@ -64,8 +64,9 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     store = CheckpointStore(out, unit="step")
     last = store.latest()
     if last is not None and not cfg.resume:
-        raise FileExistsError(f"{out} already holds ACT checkpoints; pass --resume to continue training, or choose "
-                              f"another --out")
+        raise FileExistsError(
+            f"{out} already holds ACT checkpoints; pass --resume to continue training, or choose another --out"
+        )
     ds = open_dataset(cfg.dataset)
     episodes = ds.check_episodes(cfg.episodes) if cfg.episodes is not None else None
     if cfg.successful_only:
@@ -76,15 +77,25 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     t0 = time.time()
-    frames = load_training_frames(ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress,
-                                  env_state=use_env)
+    frames = load_training_frames(
+        ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress, env_state=use_env
+    )
     decode_time = time.time() - t0
     task = ds.task
     recorded = list(ds.image_size(cameras[0])) if cameras else None
     trained = list(frames.images[next(iter(frames.images))].shape[-2:]) if frames.images else None
-    meta = {"kind": "act", "cameras": cameras, "recorded_image_size": recorded, "image_size": trained,
-            "control_mode": "joint_pos", "dataset": str(cfg.dataset), "task": task, "preset": cfg.preset,
-            "settings": asdict(preset), "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff}
+    meta = {
+        "kind": "act",
+        "cameras": cameras,
+        "recorded_image_size": recorded,
+        "image_size": trained,
+        "control_mode": "joint_pos",
+        "dataset": str(cfg.dataset),
+        "task": task,
+        "preset": cfg.preset,
+        "settings": asdict(preset),
+        "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff,
+    }
     if episodes is not None:
         meta["episodes"] = episodes  # a subset: --episodes or --successful-only
     if use_env:
@@ -94,8 +105,9 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     if fps is not None:
         meta["camera_fps"] = fps
 
-    policy, pre, post = make_act_policy(ds, cameras, preset, cfg.temporal_ensemble_coeff, cfg.device,
-                                        cfg.backbone_weights, env_state=use_env)
+    policy, pre, post = make_act_policy(
+        ds, cameras, preset, cfg.temporal_ensemble_coeff, cfg.device, cfg.backbone_weights, env_state=use_env
+    )
     optimizer = make_optimizer(policy.get_optim_params(), preset.lr, 1e-4, cfg.device)
     step = 0
     if last is not None:
@@ -128,8 +140,13 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
         running.append(loss_value)
         bar.update(1)
         if step % cfg.log_every == 0 or step == preset.steps:
-            row = {"step": step, "loss": float(np.mean(running)), **{k: float(v) for k, v in parts.items()},
-                   "lr": preset.lr_at(step - 1), "time_s": time.time() - t_train}
+            row = {
+                "step": step,
+                "loss": float(np.mean(running)),
+                **{k: float(v) for k, v in parts.items()},
+                "lr": preset.lr_at(step - 1),
+                "time_s": time.time() - t_train,
+            }
             running = []
             with open(log_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -153,8 +170,10 @@ def make_optimizer(params, lr: float, weight_decay: float, device: str) -> torch
 def _use_env_state(ds, cfg: ACTTrainConfig) -> bool:
     present = F.ENV_STATE in ds.features
     if cfg.env_state and not present:
-        raise ValueError(f"--env-state: dataset {ds.root} has no {F.ENV_STATE}; record it with "
-                         f"`embodied-gym record --pose-estimator DIR`, or drop --env-state")
+        raise ValueError(
+            f"--env-state: dataset {ds.root} has no {F.ENV_STATE}; record it with "
+            f"`embodied-gym record --pose-estimator DIR`, or drop --env-state"
+        )
     return present if cfg.env_state is None else bool(cfg.env_state)
 
 
@@ -167,12 +186,16 @@ def _successful_episodes(ds, episodes: list[int] | None) -> list[int]:
     """
     chosen = ds.check_episodes(episodes)
     if not ds.rows():
-        raise ValueError(f"dataset {ds.root} has no per-episode success marks (no sidecar rows from `embodied-gym "
-                         f"record`); drop --successful-only or pass --episodes")
+        raise ValueError(
+            f"dataset {ds.root} has no per-episode success marks (no sidecar rows from `embodied-gym "
+            f"record`); drop --successful-only or pass --episodes"
+        )
     kept = [e for e in chosen if ds.row(e).get("success")]
     if not kept:
-        raise ValueError(f"dataset {ds.root}: none of the {len(chosen)} training episodes succeeded; drop "
-                         f"--successful-only or record better demonstrations")
+        raise ValueError(
+            f"dataset {ds.root}: none of the {len(chosen)} training episodes succeeded; drop "
+            f"--successful-only or record better demonstrations"
+        )
     return kept
 
 
@@ -186,8 +209,10 @@ def _pose_estimator_of(ds, episodes) -> dict | None:
     rows = [r for r in ds.rows() if episodes is None or r["episode_index"] in set(episodes)]
     seen = {json.dumps(r.get("pose_estimator"), sort_keys=True) for r in rows}
     if len(seen) > 1:
-        raise ValueError(f"dataset {ds.root}: its episodes were recorded with different pose estimators "
-                         f"({sorted(seen)}); train on episodes of one (--episodes)")
+        raise ValueError(
+            f"dataset {ds.root}: its episodes were recorded with different pose estimators "
+            f"({sorted(seen)}); train on episodes of one (--episodes)"
+        )
     return json.loads(seen.pop()) if seen else None
 
 
@@ -201,8 +226,10 @@ def _camera_fps_of(ds, episodes) -> float | None:
     rows = [r for r in ds.rows() if episodes is None or r["episode_index"] in set(episodes)]
     seen = {r.get("camera_fps") for r in rows}
     if len(seen) > 1:
-        raise ValueError(f"dataset {ds.root}: its episodes were recorded at different camera rates "
-                         f"({sorted(seen, key=str)} fps); train on episodes of one (--episodes)")
+        raise ValueError(
+            f"dataset {ds.root}: its episodes were recorded at different camera rates "
+            f"({sorted(seen, key=str)} fps); train on episodes of one (--episodes)"
+        )
     return seen.pop() if seen else None
 
 
@@ -230,4 +257,4 @@ def plot_training_log(log_path: Path, png: Path) -> None:
     atomic.save_figure(fig, png)
 
 
-__all__ = ["TrainResult", "train_act", "plot_training_log"]
+__all__ = ["TrainResult", "plot_training_log", "train_act"]

@@ -41,10 +41,12 @@ class LeRobotObservationWrapper(gym.ObservationWrapper):
         self.cameras = tuple(k for k in space.spaces if k.startswith("cam_"))
         if "joint_pos" not in space.spaces or not self.cameras:
             raise ValueError("LeRobotObservationWrapper needs obs_type='pixels_state' with at least one camera")
-        self.observation_space = gym.spaces.Dict({
-            "pixels": gym.spaces.Dict({c: space[c] for c in self.cameras}),
-            "agent_pos": space["joint_pos"],
-        })
+        self.observation_space = gym.spaces.Dict(
+            {
+                "pixels": gym.spaces.Dict({c: space[c] for c in self.cameras}),
+                "agent_pos": space["joint_pos"],
+            }
+        )
         self.task_description = env.unwrapped.task.description
         self.task = self.task_description
 
@@ -68,12 +70,15 @@ class EmbodiedGymEnvConfig(EnvConfig):
     features_map: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.features = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(14,)),
-                         "agent_pos": PolicyFeature(type=FeatureType.STATE, shape=(14,))}
+        self.features = {
+            "action": PolicyFeature(type=FeatureType.ACTION, shape=(14,)),
+            "agent_pos": PolicyFeature(type=FeatureType.STATE, shape=(14,)),
+        }
         self.features_map = {"action": F.ACTION, "agent_pos": F.STATE}
         for cam in self.cameras:
-            self.features[f"pixels/{cam}"] = PolicyFeature(type=FeatureType.VISUAL,
-                                                           shape=(self.image_height, self.image_width, 3))
+            self.features[f"pixels/{cam}"] = PolicyFeature(
+                type=FeatureType.VISUAL, shape=(self.image_height, self.image_width, 3)
+            )
             self.features_map[f"pixels/{cam}"] = F.image_key(cam)
 
     @property
@@ -88,8 +93,13 @@ class EmbodiedGymEnvConfig(EnvConfig):
 
     @property
     def gym_kwargs(self) -> dict:
-        kw = {"obs_type": "pixels_state", "cameras": tuple(self.cameras), "render_mode": "rgb_array",
-              "image_size": (self.image_height, self.image_width), "control_mode": "joint_pos"}
+        kw = {
+            "obs_type": "pixels_state",
+            "cameras": tuple(self.cameras),
+            "render_mode": "rgb_array",
+            "image_size": (self.image_height, self.image_width),
+            "control_mode": "joint_pos",
+        }
         if self.real:
             kw["realtime"] = False
         elif self.physics:
@@ -99,8 +109,9 @@ class EmbodiedGymEnvConfig(EnvConfig):
     def make_env(self) -> gym.Env:
         import embodied_gym  # noqa: F401  (registers the ids)
 
-        return LeRobotObservationWrapper(gym.make(self.gym_id, disable_env_checker=self.disable_env_checker,
-                                                  **self.gym_kwargs))
+        return LeRobotObservationWrapper(
+            gym.make(self.gym_id, disable_env_checker=self.disable_env_checker, **self.gym_kwargs)
+        )
 
     def create_envs(self, n_envs: int, use_async_envs: bool = False) -> dict[str, dict[int, gym.vector.VectorEnv]]:
         from gymnasium.vector import AutoresetMode

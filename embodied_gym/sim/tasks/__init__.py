@@ -16,8 +16,20 @@ from __future__ import annotations
 
 import inspect
 
-from embodied_gym.sim.tasks.base import (Contacts, ObjectRange, Poses, Task, TaskStatus, body_frame, body_poses,
-                                          layout_from_poses, quat_matrix, quat_yaw, reach_term, yaw_quat)
+from embodied_gym.sim.tasks.base import (
+    Contacts,
+    ObjectRange,
+    Poses,
+    Task,
+    TaskStatus,
+    body_frame,
+    body_poses,
+    layout_from_poses,
+    quat_matrix,
+    quat_yaw,
+    reach_term,
+    yaw_quat,
+)
 from embodied_gym.sim.tasks.cup_on_mat import MAT_HALF, CupOnMat
 from embodied_gym.sim.tasks.objects import CUP_HEIGHT, CUP_RADIUS
 from embodied_gym.sim.tasks.pen_in_cup import PEN_HALF_LENGTH, PEN_RADIUS, PENCUP_HEIGHT, PENCUP_INNER, PenInCup
@@ -33,8 +45,10 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
     for cls in classes:
         where = f"{cls.__module__}.{cls.__qualname__}"
         if inspect.isabstract(cls):
-            raise TypeError(f"{where} does not implement {sorted(cls.__abstractmethods__)}; "
-                            f"see embodied_gym.sim.tasks.base.Task for each hook")
+            raise TypeError(
+                f"{where} does not implement {sorted(cls.__abstractmethods__)}; "
+                f"see embodied_gym.sim.tasks.base.Task for each hook"
+            )
         task = cls()
         missing = [a for a in _REQUIRED_ATTRIBUTES if not getattr(cls, a, None)]
         if missing:
@@ -42,8 +56,10 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
         if not task.name or task.name in out:
             raise ValueError(f"{where}: task name {task.name!r} is empty or already registered; give it a unique name")
         if set(task.object_docs) != set(task.ranges):
-            raise ValueError(f"{where}: object_docs names {sorted(task.object_docs)} differ from the ranges' "
-                             f"objects {sorted(task.ranges)}; document every object")
+            raise ValueError(
+                f"{where}: object_docs names {sorted(task.object_docs)} differ from the ranges' "
+                f"objects {sorted(task.ranges)}; document every object"
+            )
         if task.reward_terms[-1:] != ("success",):
             raise ValueError(f"{where}: reward_terms {task.reward_terms} must end with 'success'")
         out[task.name] = cls
@@ -53,8 +69,9 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
 TASKS: dict[str, type[Task]] = _registry(PickCup, PenInCup, RemoteInBox, CupOnMat)
 
 if __doc__ is not None:  # None under python -OO
-    __doc__ += "".join(f"\n- ``{n}`` ({c.__module__}): {c.summary}. Success: {c.success_doc}\n"
-                       for n, c in TASKS.items())
+    __doc__ += "".join(
+        f"\n- ``{n}`` ({c.__module__}): {c.summary}. Success: {c.success_doc}\n" for n, c in TASKS.items()
+    )
 
 
 def make_task(name: str) -> Task:
@@ -65,9 +82,34 @@ def make_task(name: str) -> Task:
         raise ValueError(f"unknown task {name!r}; valid tasks: {sorted(TASKS)}") from None
 
 
-__all__ = ["TASKS", "make_task", "Task", "TaskStatus", "ObjectRange", "Contacts", "Poses", "reach_term",
-           "yaw_quat", "quat_yaw", "quat_matrix", "layout_from_poses", "body_frame", "body_poses",
-           "PickCup", "PenInCup", "RemoteInBox", "CupOnMat",
-           # object dimensions, importable from here as before the split into modules
-           "CUP_RADIUS", "CUP_HEIGHT", "PEN_RADIUS", "PEN_HALF_LENGTH", "PENCUP_INNER", "PENCUP_HEIGHT",
-           "REMOTE_HALF", "BOX_INNER_HALF", "BOX_HEIGHT", "MAT_HALF"]
+__all__ = [
+    "BOX_HEIGHT",
+    "BOX_INNER_HALF",
+    "CUP_HEIGHT",
+    # object dimensions, importable from here as before the split into modules
+    "CUP_RADIUS",
+    "MAT_HALF",
+    "PENCUP_HEIGHT",
+    "PENCUP_INNER",
+    "PEN_HALF_LENGTH",
+    "PEN_RADIUS",
+    "REMOTE_HALF",
+    "TASKS",
+    "Contacts",
+    "CupOnMat",
+    "ObjectRange",
+    "PenInCup",
+    "PickCup",
+    "Poses",
+    "RemoteInBox",
+    "Task",
+    "TaskStatus",
+    "body_frame",
+    "body_poses",
+    "layout_from_poses",
+    "make_task",
+    "quat_matrix",
+    "quat_yaw",
+    "reach_term",
+    "yaw_quat",
+]

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 import mujoco
 import numpy as np
@@ -73,8 +74,11 @@ def body_poses(data: mujoco.MjData, idx: SceneIndex, names) -> dict[str, np.ndar
 
 # Scene part names of each arm's finger pads, and of every part of both grippers (SceneIndex.owner_codes).
 _PADS = tuple((f"pad_{arm}_left", f"pad_{arm}_right") for arm in ("left", "right"))
-_GRIPPER_PARTS = tuple(f"{part}_{arm}{side}" for arm in ("left", "right")
-                       for part, side in (("gripper", ""), ("pad", "_left"), ("pad", "_right")))
+_GRIPPER_PARTS = tuple(
+    f"{part}_{arm}{side}"
+    for arm in ("left", "right")
+    for part, side in (("gripper", ""), ("pad", "_left"), ("pad", "_right"))
+)
 
 
 class Contacts:
@@ -201,8 +205,8 @@ class Task(abc.ABC):
         """Set each object of ``layout`` on the table at (x, y) turned by yaw (the env settles them)."""
         for name, (x, y, yaw) in layout.items():
             adr = model.jnt_qposadr[model.joint(f"{name}_joint").id]
-            data.qpos[adr:adr + 3] = (x, y, 0.0005)
-            data.qpos[adr + 3:adr + 7] = yaw_quat(yaw)
+            data.qpos[adr : adr + 3] = (x, y, 0.0005)
+            data.qpos[adr + 3 : adr + 7] = yaw_quat(yaw)
 
     # ------------------------------------------------------------------ success and reward
     @abc.abstractmethod
@@ -231,15 +235,19 @@ class Task(abc.ABC):
         objects = "\n".join(f"- ``{n}`` ({self.object_docs[n]}): {r.describe()}" for n, r in self.ranges.items())
         steps = self.max_episode_steps
         return {
-            "Description": f"{self.summary[0].upper()}{self.summary[1:]}. Instruction: \"{self.description}\"",
-            "Starting State": ("Both arms in the folded sleep pose with open grippers (the arms' bases are at "
-                               f"x = ±{ARM_BASES[1, 0]:g} m, y = {ARM_BASES[1, 1]:g} m); each object on the table "
-                               "at a pose drawn uniformly from the reset seed, then settled for 0.1 s:\n\n"
-                               f"{objects}\n\n{self.arm_doc}"),
+            "Description": f'{self.summary[0].upper()}{self.summary[1:]}. Instruction: "{self.description}"',
+            "Starting State": (
+                "Both arms in the folded sleep pose with open grippers (the arms' bases are at "
+                f"x = ±{ARM_BASES[1, 0]:g} m, y = {ARM_BASES[1, 1]:g} m); each object on the table "
+                "at a pose drawn uniformly from the reset seed, then settled for 0.1 s:\n\n"
+                f"{objects}\n\n{self.arm_doc}"
+            ),
             "Success": self.success_doc,
             "Rewards": self.reward_doc,
-            "Episode End": (f"Terminated on success (if ``terminate_on_success``); truncated after {steps} steps "
-                            f"({steps * CONTROL_DT:g} s) or on a physics blow-up."),
+            "Episode End": (
+                f"Terminated on success (if ``terminate_on_success``); truncated after {steps} steps "
+                f"({steps * CONTROL_DT:g} s) or on a physics blow-up."
+            ),
         }
 
     # ------------------------------------------------------------------ shared stage terms
@@ -247,8 +255,9 @@ class Task(abc.ABC):
     def nearest_tcp_distance(data, idx: SceneIndex, point: np.ndarray) -> float:
         return min(math.dist(data.site_xpos[s], point) for s in idx.tcp_sites)
 
-    def _place_status(self, data, idx: SceneIndex, obj: str, target: str, placed: bool, placed_term: str,
-                      moved_xy=None) -> TaskStatus:
+    def _place_status(
+        self, data, idx: SceneIndex, obj: str, target: str, placed: bool, placed_term: str, moved_xy=None
+    ) -> TaskStatus:
         """Terms of a pick-and-place task: reach ``obj`` (at :meth:`reach_point`), hold it (or have
         placed it), bring ``moved_xy`` (default: ``obj``'s base centre) over ``target``'s base centre,
         ``placed``; success = placed and released."""

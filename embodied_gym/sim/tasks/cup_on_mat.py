@@ -9,8 +9,14 @@ import mujoco
 import numpy as np
 
 from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame
-from embodied_gym.sim.tasks.objects import (CUP_GRASP_BELOW_RIM, CUP_GRASP_OFFSET, CUP_HEIGHT, CUP_RADIUS,
-                                             add_cup, add_free_body)
+from embodied_gym.sim.tasks.objects import (
+    CUP_GRASP_BELOW_RIM,
+    CUP_GRASP_OFFSET,
+    CUP_HEIGHT,
+    CUP_RADIUS,
+    add_cup,
+    add_free_body,
+)
 from embodied_gym.sim.tasks.planning import ExpertPlan, grip_command, natural_closing_yaw, pick, put_down
 
 MAT_HALF = (0.06, 0.06, 0.002)
@@ -24,18 +30,24 @@ class CupOnMat(Task):
     description: str = "Place the cup upright on the mat."
     max_episode_steps: int = 350
     max_tilt_deg: float = 15.0
-    ranges: dict = field(default_factory=lambda: {
-        "cup": ObjectRange((0.10, 0.18), (0.40, 0.46)),
-        "mat": ObjectRange((-0.04, 0.04), (0.56, 0.62), (-0.3, 0.3)),
-    })
+    ranges: dict = field(
+        default_factory=lambda: {
+            "cup": ObjectRange((0.10, 0.18), (0.40, 0.46)),
+            "mat": ObjectRange((-0.04, 0.04), (0.56, 0.62), (-0.3, 0.3)),
+        }
+    )
 
     summary = "place a cup upright on a mat"
     object_docs = {"cup": "radius 2.5 cm, 8 cm tall, 30 g", "mat": "12 x 12 cm, 4 mm thick, 200 g"}
-    success_doc = ("The cup is upright (tilt under 15 degrees), its base centre lies within the mat and rests on it "
-                   "(less than 1.5 cm above), and no gripper touches it.")
-    reward_doc = ("In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm "
-                  "below the cup's rim), grasp (held or on the mat), transport (cup to the mat centre, "
-                  "horizontally), on_mat, and success (counted twice).")
+    success_doc = (
+        "The cup is upright (tilt under 15 degrees), its base centre lies within the mat and rests on it "
+        "(less than 1.5 cm above), and no gripper touches it."
+    )
+    reward_doc = (
+        "In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm "
+        "below the cup's rim), grasp (held or on the mat), transport (cup to the mat centre, "
+        "horizontally), on_mat, and success (counted twice)."
+    )
     reward_terms = ("reach", "grasp", "transport", "on_mat", "success")
     paper_success = (40, 70)
 
@@ -44,8 +56,15 @@ class CupOnMat(Task):
         m = 0.2
         hx, hy, hz = MAT_HALF
         body = add_free_body(spec, "mat", m, hz, (m * hy**2 / 3, m * hx**2 / 3, m * (hx**2 + hy**2) / 3))
-        body.add_geom(name="mat", type=mujoco.mjtGeom.mjGEOM_BOX, size=MAT_HALF, pos=(0, 0, hz),
-                      rgba=(0.2, 0.55, 0.3, 1), condim=3, friction=(1.2, 0.005, 0.0001))
+        body.add_geom(
+            name="mat",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=MAT_HALF,
+            pos=(0, 0, hz),
+            rgba=(0.2, 0.55, 0.3, 1),
+            condim=3,
+            friction=(1.2, 0.005, 0.0001),
+        )
 
     def on_mat(self, data, idx) -> bool:
         cpos, crot = body_frame(data, idx.object_bodies["cup"])
@@ -72,5 +91,6 @@ class CupOnMat(Task):
         grasp_z = CUP_HEIGHT - 0.035
         wps = pick(cup[:2], grasp_z, natural_closing_yaw(1, cup[:2]), grip_command(CUP_RADIUS, 0.006), grasp_z + 0.10)
         # Open 8 mm above the mat.
-        return ExpertPlan(1, wps + put_down(mat[:2], grasp_z + 0.10, 2 * MAT_HALF[2] + 0.008 + grasp_z,
-                                            wps[-1].rot, wps[-1].grip, 30))
+        return ExpertPlan(
+            1, wps + put_down(mat[:2], grasp_z + 0.10, 2 * MAT_HALF[2] + 0.008 + grasp_z, wps[-1].rot, wps[-1].grip, 30)
+        )

@@ -12,8 +12,15 @@ from embodied_gym.sim import robot
 from embodied_gym.sim.kinematics import horizontal_rotation, top_down_rotation
 from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame, quat_matrix, quat_yaw
 from embodied_gym.sim.tasks.objects import add_free_body, hollow_cylinder
-from embodied_gym.sim.tasks.planning import (ARM_BASES, FINGERTIP_BELOW_TCP, ExpertPlan, Waypoint, closest_yaw,
-                                              grip_command, natural_closing_yaw)
+from embodied_gym.sim.tasks.planning import (
+    ARM_BASES,
+    FINGERTIP_BELOW_TCP,
+    ExpertPlan,
+    Waypoint,
+    closest_yaw,
+    grip_command,
+    natural_closing_yaw,
+)
 
 PEN_RADIUS = 0.006
 PEN_HALF_LENGTH = 0.075
@@ -32,18 +39,24 @@ class PenInCup(Task):
     name: str = "PenInCup"
     description: str = "Put the pen into the pen cup."
     max_episode_steps: int = 350
-    ranges: dict = field(default_factory=lambda: {
-        "pen": ObjectRange((0.10, 0.18), (0.40, 0.46), (-0.3, 0.3)),
-        "pencup": ObjectRange((0.0, 0.06), (0.55, 0.60)),
-    })
+    ranges: dict = field(
+        default_factory=lambda: {
+            "pen": ObjectRange((0.10, 0.18), (0.40, 0.46), (-0.3, 0.3)),
+            "pencup": ObjectRange((0.0, 0.06), (0.55, 0.60)),
+        }
+    )
 
     summary = "put a pen into a pen cup"
-    object_docs = {"pen": "15 cm long, 12 mm thick, 12 g, lying on the table, its long axis near the x axis",
-                   "pencup": "inner radius 3 cm, 9 cm tall, 300 g"}
+    object_docs = {
+        "pen": "15 cm long, 12 mm thick, 12 g, lying on the table, its long axis near the x axis",
+        "pencup": "inner radius 3 cm, 9 cm tall, 300 g",
+    }
     success_doc = "The pen's lower tip is inside the pen cup's inner volume and no gripper touches the pen."
-    reward_doc = ("In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the pen's middle), "
-                  "grasp (pen held or inside), transport (pen tip to above the cup), inside, and success "
-                  "(counted twice).")
+    reward_doc = (
+        "In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the pen's middle), "
+        "grasp (pen held or inside), transport (pen tip to above the cup), inside, and success "
+        "(counted twice)."
+    )
     reward_terms = ("reach", "grasp", "transport", "inside", "success")
     paper_success = (20, 70)
 
@@ -51,9 +64,16 @@ class PenInCup(Task):
         m, L, r = 0.012, PEN_HALF_LENGTH, PEN_RADIUS
         # The pen's long axis is its body x axis; it lies on the table.
         body = add_free_body(spec, "pen", m, r, (m * r**2 / 2, m * L**2 / 3, m * L**2 / 3))
-        body.add_geom(name="pen", type=mujoco.mjtGeom.mjGEOM_CAPSULE, size=(r, L - r, 0), pos=(0, 0, r),
-                      quat=(math.cos(math.pi / 4), 0, math.sin(math.pi / 4), 0), rgba=(0.1, 0.2, 0.75, 1),
-                      condim=4, friction=(1.0, 0.005, 0.0001))
+        body.add_geom(
+            name="pen",
+            type=mujoco.mjtGeom.mjGEOM_CAPSULE,
+            size=(r, L - r, 0),
+            pos=(0, 0, r),
+            quat=(math.cos(math.pi / 4), 0, math.sin(math.pi / 4), 0),
+            rgba=(0.1, 0.2, 0.75, 1),
+            condim=4,
+            friction=(1.0, 0.005, 0.0001),
+        )
         hollow_cylinder(spec, "pencup", PENCUP_INNER + 0.004, PENCUP_HEIGHT, 0.004, 0.3, (0.25, 0.25, 0.28, 1))
 
     def pen_tips(self, data, idx) -> tuple[np.ndarray, np.ndarray]:

@@ -24,11 +24,15 @@ class PickCup(Task):
     summary = "grab a paper cup and lift it at least 5 cm"
     object_docs = {"cup": "paper cup, radius 2.5 cm, 8 cm tall, 15 g"}
     arm_doc = "Either arm may take it (the expert uses the arm on the cup's side)."
-    success_doc = ("The cup's base is at least 5 cm above the table, both finger pads of one gripper touch it, "
-                   "and it does not touch the table.")
-    reward_doc = ("In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm "
-                  "below the rim), grasp (1 while both pads of one gripper touch the cup), lift (height / 5 cm "
-                  "while grasped) and success (counted twice).")
+    success_doc = (
+        "The cup's base is at least 5 cm above the table, both finger pads of one gripper touch it, "
+        "and it does not touch the table."
+    )
+    reward_doc = (
+        "In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm "
+        "below the rim), grasp (1 while both pads of one gripper touch the cup), lift (height / 5 cm "
+        "while grasped) and success (counted twice)."
+    )
     reward_terms = ("reach", "grasp", "lift", "success")
     paper_success = (50, 90)
 
@@ -63,6 +67,5 @@ class PickCup(Task):
         cup = poses["cup"][:3]
         arm = 1 if cup[0] >= 0 else 0
         grasp_z = CUP_HEIGHT - 0.035
-        wps = pick(cup[:2], grasp_z, natural_closing_yaw(arm, cup[:2]), grip_command(CUP_RADIUS, 0.006),
-                   grasp_z + 0.10)
+        wps = pick(cup[:2], grasp_z, natural_closing_yaw(arm, cup[:2]), grip_command(CUP_RADIUS, 0.006), grasp_z + 0.10)
         return ExpertPlan(arm, wps + [Waypoint(20, wps[-1].pos, wps[-1].rot, wps[-1].grip)])

@@ -11,8 +11,15 @@ import numpy as np
 from embodied_gym.sim.kinematics import top_down_rotation
 from embodied_gym.sim.tasks.base import ObjectRange, Task, body_frame, quat_yaw
 from embodied_gym.sim.tasks.objects import add_free_body, open_box
-from embodied_gym.sim.tasks.planning import (FINGERTIP_BELOW_TCP, ExpertPlan, closest_yaw, grip_command,
-                                              natural_closing_yaw, pick, put_down)
+from embodied_gym.sim.tasks.planning import (
+    FINGERTIP_BELOW_TCP,
+    ExpertPlan,
+    closest_yaw,
+    grip_command,
+    natural_closing_yaw,
+    pick,
+    put_down,
+)
 
 REMOTE_HALF = (0.085, 0.0225, 0.01)
 BOX_INNER_HALF = (0.13, 0.07)
@@ -29,27 +36,42 @@ class RemoteInBox(Task):
     name: str = "RemoteInBox"
     description: str = "Put the TV remote into the box."
     max_episode_steps: int = 350
-    ranges: dict = field(default_factory=lambda: {
-        "remote": ObjectRange((0.14, 0.20), (0.38, 0.45), (-0.3, 0.3)),
-        "box": ObjectRange((-0.02, 0.04), (0.56, 0.62), (-0.15, 0.15)),
-    })
+    ranges: dict = field(
+        default_factory=lambda: {
+            "remote": ObjectRange((0.14, 0.20), (0.38, 0.45), (-0.3, 0.3)),
+            "box": ObjectRange((-0.02, 0.04), (0.56, 0.62), (-0.15, 0.15)),
+        }
+    )
 
     summary = "put a TV remote into an open box"
     object_docs = {"remote": "17 x 4.5 x 2 cm, 100 g", "box": "open cardboard box, inner 26 x 14 cm, 7 cm tall, 400 g"}
-    success_doc = ("The remote's centre is inside the box's inner footprint, its highest corner is below the rim, "
-                   "and no gripper touches it.")
-    reward_doc = ("In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the middle of the "
-                  "remote's top face), grasp (held or inside), transport (remote to the box centre, horizontally), "
-                  "inside, and success (counted twice).")
+    success_doc = (
+        "The remote's centre is inside the box's inner footprint, its highest corner is below the rim, "
+        "and no gripper touches it."
+    )
+    reward_doc = (
+        "In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the middle of the "
+        "remote's top face), grasp (held or inside), transport (remote to the box centre, horizontally), "
+        "inside, and success (counted twice)."
+    )
     reward_terms = ("reach", "grasp", "transport", "inside", "success")
     paper_success = (60, 80)
 
     def add_objects(self, spec):
         hx, hy, hz = REMOTE_HALF
         m = 0.1
-        body = add_free_body(spec, "remote", m, hz, (m * (hy**2 + hz**2) / 3, m * (hx**2 + hz**2) / 3, m * (hx**2 + hy**2) / 3))
-        body.add_geom(name="remote", type=mujoco.mjtGeom.mjGEOM_BOX, size=REMOTE_HALF, pos=(0, 0, hz),
-                      rgba=(0.08, 0.08, 0.09, 1), condim=4, friction=(1.0, 0.005, 0.0001))
+        body = add_free_body(
+            spec, "remote", m, hz, (m * (hy**2 + hz**2) / 3, m * (hx**2 + hz**2) / 3, m * (hx**2 + hy**2) / 3)
+        )
+        body.add_geom(
+            name="remote",
+            type=mujoco.mjtGeom.mjGEOM_BOX,
+            size=REMOTE_HALF,
+            pos=(0, 0, hz),
+            rgba=(0.08, 0.08, 0.09, 1),
+            condim=4,
+            friction=(1.0, 0.005, 0.0001),
+        )
         open_box(spec, "box", BOX_INNER_HALF, BOX_HEIGHT, BOX_WALL, 0.4, (0.62, 0.47, 0.3, 1))
 
     def inside(self, data, idx) -> bool:
@@ -58,8 +80,9 @@ class RemoteInBox(Task):
         centre = rpos + rrot[:, 2] * REMOTE_HALF[2]
         local = brot.T @ (centre - bpos)
         top = centre[2] + np.abs(rrot[2, :]) @ np.array(REMOTE_HALF)  # highest corner
-        return bool(abs(local[0]) < BOX_INNER_HALF[0] and abs(local[1]) < BOX_INNER_HALF[1]
-                    and top < bpos[2] + BOX_HEIGHT)
+        return bool(
+            abs(local[0]) < BOX_INNER_HALF[0] and abs(local[1]) < BOX_INNER_HALF[1] and top < bpos[2] + BOX_HEIGHT
+        )
 
     def reach_point(self, poses):
         """2 cm (the remote's thickness) above the remote's base centre."""
