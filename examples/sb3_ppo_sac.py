@@ -3,7 +3,7 @@ vectorised with SubprocVecEnv, on the reach stage of PickCup; a learning-curve P
 
     MUJOCO_GL=egl .venv/bin/python examples/sb3_ppo_sac.py --out runs/sb3 --ppo-steps 20000 --sac-steps 5000
 
-The reach stage (``embodied_gym.policies.rl.ReachStageWrapper``) adds the cup's reach point (3 cm
+The reach stage (``embodied_gym.wrappers.reach.ReachStageWrapper``) adds the cup's reach point (3 cm
 below the rim; privileged sim state) and its offset from each gripper to the observation and
 rewards -d per step, d (m) the distance from the nearest gripper to that point; episodes last 40
 steps (0.8 s; at most 1 cm per step). Before and after training, the deterministic policy is

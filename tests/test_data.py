@@ -10,10 +10,10 @@ import pytest
 import embodied_gym
 from embodied_gym.data import features as F
 from embodied_gym.data.reader import DatasetError, load_episodes, open_dataset
-from embodied_gym.data.recording import record
 from embodied_gym.data.replay import replay_episode
 from embodied_gym.data.writer import EpisodeWriter
 from embodied_gym.metrics import quat_to_mat, rotation_error
+from embodied_gym.recording.episodes import record
 
 
 def _short_env(eid="EmbodieDreamer-PickCup-v0", steps=25, **kw):

@@ -16,11 +16,11 @@ import torch
 
 import embodied_gym
 from embodied_gym.data import features as F
-from embodied_gym.data.parallel import record_expert_demos
 from embodied_gym.data.reader import open_dataset
-from embodied_gym.data.recording import record
 from embodied_gym.factory import make_env
 from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
+from embodied_gym.recording.episodes import record
+from embodied_gym.recording.parallel import record_expert_demos
 
 ENV = "EmbodieDreamer-PickCup-v0"
 STATE_ONLY = {"obs_type": "state", "max_episode_steps": 8}
@@ -133,8 +133,8 @@ def test_ctrl_c_while_an_episode_is_written_keeps_it(tmp_path, default_sigint):
     interrupt takes effect once the episode is saved."""
     from dataclasses import replace
 
-    from embodied_gym.data.recording import plan_recording, rollout_episode, write_episode
     from embodied_gym.data.writer import EpisodeWriter
+    from embodied_gym.recording.episodes import plan_recording, rollout_episode, write_episode
 
     env = make_env(ENV, **STATE_ONLY)
     plan = plan_recording(env)
@@ -187,7 +187,7 @@ def test_cli_record_takes_workers_for_the_expert_only(tmp_path, capsys):
 def test_workers_build_the_expert_with_the_integral_setting_asked_for():
     """``record_expert_demos(..., expert_integral_below=...)`` reaches the expert each worker builds
     (benchmarks/policies.py --expert-integral-below records the demonstrator ablations this way)."""
-    from embodied_gym.data import parallel
+    from embodied_gym.recording import parallel
 
     for setting in ("plan", None, 0.01):
         env, expert = parallel._worker_env(("EmbodieDreamer-PickCup-v0", {"obs_type": "state"}, setting))

@@ -14,15 +14,15 @@ import stable_baselines3 as sb3
 
 import embodied_gym  # noqa: F401  (registers the ids)
 from embodied_gym.cli import main
+from embodied_gym.policies.agents import load_agent
 from embodied_gym.policies.evaluate import evaluate_policy
-from embodied_gym.policies.loading import (
+from embodied_gym.policies.rl import save_sb3
+from embodied_gym.policies.safe_loading import (
     ACT_PROCESSOR_STEPS,
     UnsafePolicyFile,
     inspect_sb3_zip,
-    load_agent,
     read_pickled_data,
 )
-from embodied_gym.policies.rl import save_sb3
 
 ENV = "EmbodieDreamer-PickCup-v0"
 

@@ -14,13 +14,13 @@ import pytest
 import embodied_gym
 from embodied_gym.demo.report import PAPER
 from embodied_gym.envs.aloha_env import ENV_DOC_SECTIONS, TASK_ENVS
-from embodied_gym.policies.rl import ReachStageWrapper
 from embodied_gym.policies.scoring import target_distance, task_target
 from embodied_gym.sim import robot
 from embodied_gym.sim.physics import PhysicsParams
 from embodied_gym.sim.scene import compile_scene
 from embodied_gym.sim.tasks import TASKS, PickCup, Task, _registry, make_task, quat_yaw, reach_term
 from embodied_gym.sim.tasks.planning import HOLD_BELOW, ExpertPlan
+from embodied_gym.wrappers.reach import ReachStageWrapper
 
 NAMES = list(TASKS)
 

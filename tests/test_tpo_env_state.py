@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from embodied_gym.factory import make_env_for
 from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
-from embodied_gym.perception.wrapper import KEY, estimator_source
+from embodied_gym.perception.pose_entry import KEY, estimator_source
 from embodied_gym.policies.act import POLICY_META, ACTTrainConfig, latest_checkpoint, train_act
+from embodied_gym.policies.agents import ACTAgent, load_agent
 from embodied_gym.policies.evaluate import evaluate_policy
-from embodied_gym.policies.loading import ACTAgent, load_agent, make_env_for
 from embodied_gym.policies.tpo import ACTLikelihood, TPOConfig, rollout, train_tpo
 
 SIM = "EmbodieDreamer-PickCup-v0"
@@ -41,8 +42,8 @@ def tiny_estimator_config() -> PoseEstimatorConfig:
 def pose_policy(tmp_path_factory):
     """A tiny (untrained) pose estimator, two expert episodes recorded with it (estimate only, no video)
     and a tiny ACT trained on joint state + estimate, as tests/test_policies.py's end-to-end test does."""
-    from embodied_gym.data.recording import record
-    from embodied_gym.policies.loading import ExpertAgent
+    from embodied_gym.policies.agents import ExpertAgent
+    from embodied_gym.recording.episodes import record
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("tpo_pose")
@@ -241,8 +242,8 @@ def test_train_tpo_cli_takes_pose_estimator(pose_policy, tmp_path):
 def test_a_policy_recorded_at_reset_is_evaluated_at_reset_unless_overridden(pose_policy, tmp_path):
     """``pose_update`` travels with the data: demos recorded with the reset frame's estimate held make a
     policy that make_env_for (so eval) wraps the same way; ``pose_update=`` overrides it."""
-    from embodied_gym.data.recording import record
-    from embodied_gym.policies.loading import ExpertAgent
+    from embodied_gym.policies.agents import ExpertAgent
+    from embodied_gym.recording.episodes import record
 
     _, est_dir = pose_policy
     expert = ExpertAgent()

@@ -50,7 +50,7 @@ def test_sb3_vec_video_recorder_writes_an_mp4(tmp_path):
 
 
 def test_recording_a_dataset_prints_no_libx264_banner(tmp_path, capfd):
-    from embodied_gym.data.recording import record
+    from embodied_gym.recording.episodes import record
 
     av.logging.set_libav_level(av.logging.INFO)  # FFmpeg's default, as in a fresh process
     env = gym.make("EmbodieDreamer-PickCup-v0", obs_type="pixels_state", image_size=SMALL, max_episode_steps=3)

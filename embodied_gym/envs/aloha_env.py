@@ -19,7 +19,8 @@ from embodied_gym.sim.core import SimCore
 from embodied_gym.sim.kinematics import ArmKinematics
 from embodied_gym.sim.physics import PhysicsParams, resolve_physics
 from embodied_gym.sim.scene import SceneLook
-from embodied_gym.sim.tasks import Task, make_task
+from embodied_gym.sim.tasks import TASKS, Task, make_task
+from embodied_gym.sim.timing import camera_period
 
 
 class AlohaTaskEnv(AlohaEnv):
@@ -91,7 +92,7 @@ class AlohaTaskEnv(AlohaEnv):
     ):
         task = make_task(task or self.task_name) if not isinstance(task, Task) else task
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
-        self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
+        self.camera_fps, self._camera_period = camera_fps, camera_period(camera_fps)
         self.physics = resolve_physics(physics)
         self.sim = SimCore(task, self.physics, look)
         self.model, self.data, self.idx = self.sim.model, self.sim.data, self.sim.idx
@@ -204,11 +205,8 @@ class AlohaTaskEnv(AlohaEnv):
 
 
 # ----------------------------------------------------------------------------- one env class per task
-# Made from the task registry (embodied_gym/sim/tasks/__init__.py): ``<Task>Env`` for every task, its
-# docstring (gymnasium's MuJoCo env sections) from the task module. PickCupEnv, PenInCupEnv,
-# RemoteInBoxEnv and CupOnMatEnv are module attributes like any hand-written class.
-from embodied_gym.sim.tasks import TASKS  # noqa: E402  (the registry; tasks never import this module)
-
+#: The sections of a task env's docstring (gymnasium's MuJoCo env layout); the task-specific ones
+#: restate the task module's :meth:`~embodied_gym.sim.tasks.base.Task.doc_sections`.
 ENV_DOC_SECTIONS = (
     "Description",
     "Action Space",
@@ -220,37 +218,308 @@ ENV_DOC_SECTIONS = (
     "Arguments",
 )
 
-_SHARED_SECTIONS = {
-    "Action Space": (
-        "14-D ``[left arm 6, left gripper, right arm 6, right gripper]``; its meaning follows "
-        "``control_mode`` (``joint_pos``, ``joint_delta`` or ``ee_delta``), see :class:`AlohaTaskEnv`."
-    ),
-    "Observation Space": (
-        "A flat ``Dict`` of ``joint_pos`` (14), ``joint_vel`` (14) and one ``(H, W, 3)`` uint8 "
-        "image per camera, as ``obs_type`` asks; object poses are in ``info`` only."
-    ),
-    "Arguments": (
-        "``gym.make(id, obs_type=..., cameras=..., image_size=..., control_mode=..., physics=..., "
-        "render_mode=..., terminate_on_success=...)``, see :class:`AlohaTaskEnv`."
-    ),
-}
+
+class PickCupEnv(AlohaTaskEnv):
+    """``EmbodieDreamer-PickCup-v0``: grab a paper cup and lift it at least 5 cm.
+
+    ## Description
+
+    Grab a paper cup and lift it at least 5 cm. Instruction: "Grab the paper cup and lift it."
+
+    ## Action Space
+
+    A ``Box`` of shape ``(14,)``, float32: ``[left arm 6, left gripper, right arm 6, right gripper]``, read by
+    ``control_mode``:
+
+    - ``joint_pos`` (default): absolute joint targets, bounded by the joint limits (rad) and the
+      finger rail (0.021 m closed to 0.057 m open).
+    - ``joint_delta``: in [-1, 1]; times 0.05 rad (arms) or 4 mm (grippers) is added to the current targets.
+    - ``ee_delta``: per arm ``[dx, dy, dz, rx, ry, rz, gripper]`` in [-1, 1]: the TCP target moves by
+      up to 1 cm and turns by up to 0.05 rad per step, solved to joint targets by damped
+      least-squares IK; ``gripper`` is absolute (-1 closed, 1 open).
+
+    Actions outside the space are clipped (``info["action_clipped"]`` counts the entries); NaN/inf or a wrong
+    shape raises ``ValueError``. One action is one 50 Hz control step (0.02 s, 10 physics substeps).
+
+    ## Observation Space
+
+    A flat ``Dict`` (stable-baselines3's ``MultiInputPolicy`` takes it), by ``obs_type``:
+
+    - ``joint_pos`` (14, float32; a gripper entry is its finger's rail position in m) and
+      ``joint_vel`` (14, float32), unless ``obs_type="pixels"``;
+    - one ``(H, W, 3)`` uint8 image per camera of ``cameras`` at ``image_size``, unless
+      ``obs_type="state"``.
+
+    Object poses and other privileged state are in ``info`` only (``object_poses``: name -> ``[x, y, z, qw, qx,
+    qy, qz]``; ``tcp_poses``; ``reward_terms``), never in the observation: a real robot cannot observe them.
+
+    ## Rewards
+
+    In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm below the rim),
+    grasp (1 while both pads of one gripper touch the cup), lift (height / 5 cm while grasped) and success
+    (counted twice).
+
+    ## Starting State
+
+    Both arms in the folded sleep pose with open grippers (the arms' bases are at x = ±0.469 m, y = 0.5 m); each
+    object on the table at a pose drawn uniformly from the reset seed, then settled for 0.1 s:
+
+    - ``cup`` (paper cup, radius 2.5 cm, 8 cm tall, 15 g): x in [-0.15, 0.15] m, y in [0.42, 0.58] m
+
+    Either arm may take it (the expert uses the arm on the cup's side).
+
+    ## Success
+
+    The cup's base is at least 5 cm above the table, both finger pads of one gripper touch it, and it does not
+    touch the table.
+
+    ## Episode End
+
+    Terminated on success (if ``terminate_on_success``); truncated after 200 steps (4 s) or on a
+    physics blow-up.
+
+    ## Arguments
+
+    ``gym.make("EmbodieDreamer-PickCup-v0", ...)`` with the keyword arguments of :class:`AlohaTaskEnv`:
+    ``obs_type`` (``"state"``, ``"pixels"``, ``"pixels_state"``: default), ``cameras`` (default
+    ``("cam_high",)``), ``image_size`` (default ``(240, 320)``), ``control_mode`` (``"joint_pos"``: default,
+    ``"joint_delta"``, ``"ee_delta"``), ``physics`` (a ``PhysicsParams``, dict or JSON path; default nominal),
+    ``render_mode`` (``None`` or ``"rgb_array"``), ``terminate_on_success`` (default True), ``look`` (a
+    ``SceneLook``) and ``camera_fps`` (default None: a frame every step).
+    """
+
+    task_name = "PickCup"
 
 
-def _env_docstring(task) -> str:
-    sections = dict(_SHARED_SECTIONS, **task.doc_sections())
-    head = f"``EmbodieDreamer-{task.name}-v0``: {task.summary}."
-    return "\n\n".join([head] + [f"## {name}\n\n{sections[name]}" for name in ENV_DOC_SECTIONS]) + "\n"
+class PenInCupEnv(AlohaTaskEnv):
+    """``EmbodieDreamer-PenInCup-v0``: put a pen into a pen cup.
+
+    ## Description
+
+    Put a pen into a pen cup. Instruction: "Put the pen into the pen cup."
+
+    ## Action Space
+
+    A ``Box`` of shape ``(14,)``, float32: ``[left arm 6, left gripper, right arm 6, right gripper]``, read by
+    ``control_mode``:
+
+    - ``joint_pos`` (default): absolute joint targets, bounded by the joint limits (rad) and the
+      finger rail (0.021 m closed to 0.057 m open).
+    - ``joint_delta``: in [-1, 1]; times 0.05 rad (arms) or 4 mm (grippers) is added to the current targets.
+    - ``ee_delta``: per arm ``[dx, dy, dz, rx, ry, rz, gripper]`` in [-1, 1]: the TCP target moves by
+      up to 1 cm and turns by up to 0.05 rad per step, solved to joint targets by damped
+      least-squares IK; ``gripper`` is absolute (-1 closed, 1 open).
+
+    Actions outside the space are clipped (``info["action_clipped"]`` counts the entries); NaN/inf or a wrong
+    shape raises ``ValueError``. One action is one 50 Hz control step (0.02 s, 10 physics substeps).
+
+    ## Observation Space
+
+    A flat ``Dict`` (stable-baselines3's ``MultiInputPolicy`` takes it), by ``obs_type``:
+
+    - ``joint_pos`` (14, float32; a gripper entry is its finger's rail position in m) and
+      ``joint_vel`` (14, float32), unless ``obs_type="pixels"``;
+    - one ``(H, W, 3)`` uint8 image per camera of ``cameras`` at ``image_size``, unless
+      ``obs_type="state"``.
+
+    Object poses and other privileged state are in ``info`` only (``object_poses``: name -> ``[x, y, z, qw, qx,
+    qy, qz]``; ``tcp_poses``; ``reward_terms``), never in the observation: a real robot cannot observe them.
+
+    ## Rewards
+
+    In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the pen's middle), grasp (pen
+    held or inside), transport (pen tip to above the cup), inside, and success (counted twice).
+
+    ## Starting State
+
+    Both arms in the folded sleep pose with open grippers (the arms' bases are at x = ±0.469 m, y = 0.5 m); each
+    object on the table at a pose drawn uniformly from the reset seed, then settled for 0.1 s:
+
+    - ``pen`` (15 cm long, 12 mm thick, 12 g, lying on the table, its long axis near the x axis): x in [0.10, 0.18] m, y in [0.40, 0.46] m, yaw in [-0.30, 0.30] rad
+    - ``pencup`` (inner radius 3 cm, 9 cm tall, 300 g): x in [0.00, 0.06] m, y in [0.55, 0.60] m
+
+    Meant for the right arm.
+
+    ## Success
+
+    The pen's lower tip is inside the pen cup's inner volume and no gripper touches the pen.
+
+    ## Episode End
+
+    Terminated on success (if ``terminate_on_success``); truncated after 350 steps (7 s) or on a
+    physics blow-up.
+
+    ## Arguments
+
+    ``gym.make("EmbodieDreamer-PenInCup-v0", ...)`` with the keyword arguments of :class:`AlohaTaskEnv`:
+    ``obs_type`` (``"state"``, ``"pixels"``, ``"pixels_state"``: default), ``cameras`` (default
+    ``("cam_high",)``), ``image_size`` (default ``(240, 320)``), ``control_mode`` (``"joint_pos"``: default,
+    ``"joint_delta"``, ``"ee_delta"``), ``physics`` (a ``PhysicsParams``, dict or JSON path; default nominal),
+    ``render_mode`` (``None`` or ``"rgb_array"``), ``terminate_on_success`` (default True), ``look`` (a
+    ``SceneLook``) and ``camera_fps`` (default None: a frame every step).
+    """
+
+    task_name = "PenInCup"
 
 
-def _task_env_class(task_cls) -> type[AlohaTaskEnv]:
-    task = task_cls()
-    name = f"{task.name}Env"
-    return type(
-        name,
-        (AlohaTaskEnv,),
-        {"task_name": task.name, "__doc__": _env_docstring(task), "__module__": __name__, "__qualname__": name},
-    )
+class RemoteInBoxEnv(AlohaTaskEnv):
+    """``EmbodieDreamer-RemoteInBox-v0``: put a TV remote into an open box.
+
+    ## Description
+
+    Put a TV remote into an open box. Instruction: "Put the TV remote into the box."
+
+    ## Action Space
+
+    A ``Box`` of shape ``(14,)``, float32: ``[left arm 6, left gripper, right arm 6, right gripper]``, read by
+    ``control_mode``:
+
+    - ``joint_pos`` (default): absolute joint targets, bounded by the joint limits (rad) and the
+      finger rail (0.021 m closed to 0.057 m open).
+    - ``joint_delta``: in [-1, 1]; times 0.05 rad (arms) or 4 mm (grippers) is added to the current targets.
+    - ``ee_delta``: per arm ``[dx, dy, dz, rx, ry, rz, gripper]`` in [-1, 1]: the TCP target moves by
+      up to 1 cm and turns by up to 0.05 rad per step, solved to joint targets by damped
+      least-squares IK; ``gripper`` is absolute (-1 closed, 1 open).
+
+    Actions outside the space are clipped (``info["action_clipped"]`` counts the entries); NaN/inf or a wrong
+    shape raises ``ValueError``. One action is one 50 Hz control step (0.02 s, 10 physics substeps).
+
+    ## Observation Space
+
+    A flat ``Dict`` (stable-baselines3's ``MultiInputPolicy`` takes it), by ``obs_type``:
+
+    - ``joint_pos`` (14, float32; a gripper entry is its finger's rail position in m) and
+      ``joint_vel`` (14, float32), unless ``obs_type="pixels"``;
+    - one ``(H, W, 3)`` uint8 image per camera of ``cameras`` at ``image_size``, unless
+      ``obs_type="state"``.
+
+    Object poses and other privileged state are in ``info`` only (``object_poses``: name -> ``[x, y, z, qw, qx,
+    qy, qz]``; ``tcp_poses``; ``reward_terms``), never in the observation: a real robot cannot observe them.
+
+    ## Rewards
+
+    In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to the middle of the remote's
+    top face), grasp (held or inside), transport (remote to the box centre, horizontally), inside, and success
+    (counted twice).
+
+    ## Starting State
+
+    Both arms in the folded sleep pose with open grippers (the arms' bases are at x = ±0.469 m, y = 0.5 m); each
+    object on the table at a pose drawn uniformly from the reset seed, then settled for 0.1 s:
+
+    - ``remote`` (17 x 4.5 x 2 cm, 100 g): x in [0.14, 0.20] m, y in [0.38, 0.45] m, yaw in [-0.30, 0.30] rad
+    - ``box`` (open cardboard box, inner 26 x 14 cm, 7 cm tall, 400 g): x in [-0.02, 0.04] m, y in [0.56, 0.62] m, yaw in [-0.15, 0.15] rad
+
+    Meant for the right arm.
+
+    ## Success
+
+    The remote's centre is inside the box's inner footprint, its highest corner is below the rim, and no gripper
+    touches it.
+
+    ## Episode End
+
+    Terminated on success (if ``terminate_on_success``); truncated after 350 steps (7 s) or on a
+    physics blow-up.
+
+    ## Arguments
+
+    ``gym.make("EmbodieDreamer-RemoteInBox-v0", ...)`` with the keyword arguments of :class:`AlohaTaskEnv`:
+    ``obs_type`` (``"state"``, ``"pixels"``, ``"pixels_state"``: default), ``cameras`` (default
+    ``("cam_high",)``), ``image_size`` (default ``(240, 320)``), ``control_mode`` (``"joint_pos"``: default,
+    ``"joint_delta"``, ``"ee_delta"``), ``physics`` (a ``PhysicsParams``, dict or JSON path; default nominal),
+    ``render_mode`` (``None`` or ``"rgb_array"``), ``terminate_on_success`` (default True), ``look`` (a
+    ``SceneLook``) and ``camera_fps`` (default None: a frame every step).
+    """
+
+    task_name = "RemoteInBox"
 
 
-TASK_ENVS: dict[str, type[AlohaTaskEnv]] = {name: _task_env_class(cls) for name, cls in TASKS.items()}
-globals().update({cls.__name__: cls for cls in TASK_ENVS.values()})
+class CupOnMatEnv(AlohaTaskEnv):
+    """``EmbodieDreamer-CupOnMat-v0``: place a cup upright on a mat.
+
+    ## Description
+
+    Place a cup upright on a mat. Instruction: "Place the cup upright on the mat."
+
+    ## Action Space
+
+    A ``Box`` of shape ``(14,)``, float32: ``[left arm 6, left gripper, right arm 6, right gripper]``, read by
+    ``control_mode``:
+
+    - ``joint_pos`` (default): absolute joint targets, bounded by the joint limits (rad) and the
+      finger rail (0.021 m closed to 0.057 m open).
+    - ``joint_delta``: in [-1, 1]; times 0.05 rad (arms) or 4 mm (grippers) is added to the current targets.
+    - ``ee_delta``: per arm ``[dx, dy, dz, rx, ry, rz, gripper]`` in [-1, 1]: the TCP target moves by
+      up to 1 cm and turns by up to 0.05 rad per step, solved to joint targets by damped
+      least-squares IK; ``gripper`` is absolute (-1 closed, 1 open).
+
+    Actions outside the space are clipped (``info["action_clipped"]`` counts the entries); NaN/inf or a wrong
+    shape raises ``ValueError``. One action is one 50 Hz control step (0.02 s, 10 physics substeps).
+
+    ## Observation Space
+
+    A flat ``Dict`` (stable-baselines3's ``MultiInputPolicy`` takes it), by ``obs_type``:
+
+    - ``joint_pos`` (14, float32; a gripper entry is its finger's rail position in m) and
+      ``joint_vel`` (14, float32), unless ``obs_type="pixels"``;
+    - one ``(H, W, 3)`` uint8 image per camera of ``cameras`` at ``image_size``, unless
+      ``obs_type="state"``.
+
+    Object poses and other privileged state are in ``info`` only (``object_poses``: name -> ``[x, y, z, qw, qx,
+    qy, qz]``; ``tcp_poses``; ``reward_terms``), never in the observation: a real robot cannot observe them.
+
+    ## Rewards
+
+    In [0, 1]: mean of reach (1 - tanh(10·d), d = distance from the nearest TCP to a point 3 cm below the cup's
+    rim), grasp (held or on the mat), transport (cup to the mat centre, horizontally), on_mat, and success
+    (counted twice).
+
+    ## Starting State
+
+    Both arms in the folded sleep pose with open grippers (the arms' bases are at x = ±0.469 m, y = 0.5 m); each
+    object on the table at a pose drawn uniformly from the reset seed, then settled for 0.1 s:
+
+    - ``cup`` (radius 2.5 cm, 8 cm tall, 30 g): x in [0.10, 0.18] m, y in [0.40, 0.46] m
+    - ``mat`` (12 x 12 cm, 4 mm thick, 200 g): x in [-0.04, 0.04] m, y in [0.56, 0.62] m, yaw in [-0.30, 0.30] rad
+
+    Meant for the right arm.
+
+    ## Success
+
+    The cup is upright (tilt under 15 degrees), its base centre lies within the mat and rests on it (less than
+    1.5 cm above), and no gripper touches it.
+
+    ## Episode End
+
+    Terminated on success (if ``terminate_on_success``); truncated after 350 steps (7 s) or on a
+    physics blow-up.
+
+    ## Arguments
+
+    ``gym.make("EmbodieDreamer-CupOnMat-v0", ...)`` with the keyword arguments of :class:`AlohaTaskEnv`:
+    ``obs_type`` (``"state"``, ``"pixels"``, ``"pixels_state"``: default), ``cameras`` (default
+    ``("cam_high",)``), ``image_size`` (default ``(240, 320)``), ``control_mode`` (``"joint_pos"``: default,
+    ``"joint_delta"``, ``"ee_delta"``), ``physics`` (a ``PhysicsParams``, dict or JSON path; default nominal),
+    ``render_mode`` (``None`` or ``"rgb_array"``), ``terminate_on_success`` (default True), ``look`` (a
+    ``SceneLook``) and ``camera_fps`` (default None: a frame every step).
+    """
+
+    task_name = "CupOnMat"
+
+
+def _task_envs(*classes: type[AlohaTaskEnv]) -> dict[str, type[AlohaTaskEnv]]:
+    """``{task: env class}`` in the order of the task registry, checked to cover it: a task added to
+    ``embodied_gym.sim.tasks.TASKS`` needs its ``<Task>Env`` class here."""
+    envs = {cls.task_name: cls for cls in classes}
+    missing = [name for name in TASKS if name not in envs]
+    if missing or set(envs) - set(TASKS):
+        raise TypeError(
+            f"the task env classes {sorted(envs)} do not match the task registry {list(TASKS)}: write a "
+            f"class <Task>Env(AlohaTaskEnv) in {__name__} for each of {missing}"
+        )
+    return {name: envs[name] for name in TASKS}
+
+
+#: Task name -> env class; ``embodied_gym.registration`` registers ``EmbodieDreamer-<Task>-v0`` for each.
+TASK_ENVS: dict[str, type[AlohaTaskEnv]] = _task_envs(PickCupEnv, PenInCupEnv, RemoteInBoxEnv, CupOnMatEnv)

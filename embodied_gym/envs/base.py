@@ -35,6 +35,8 @@ class AlohaEnv(gym.Env):
     metadata = {"render_modes": list(sp.RENDER_MODES), "render_fps": round(1 / CONTROL_DT)}
     #: True for envs backed by a simulator core (``env.unwrapped.sim``), False for robots.
     is_simulated: ClassVar[bool] = False
+    observation_space: gym.spaces.Dict
+    action_space: gym.spaces.Box
 
     def _init_contract(
         self, task: Task, opts: sp.EnvOptions, terminate_on_success: bool, kinematics: ArmKinematics
@@ -68,4 +70,12 @@ class AlohaEnv(gym.Env):
         """The 14 joint positions last observed."""
 
 
-__all__ = ["AlohaEnv"]
+def aloha_env(env: gym.Env) -> AlohaEnv:
+    """``env.unwrapped`` as the :class:`AlohaEnv` it must be; TypeError naming what it is otherwise."""
+    inner = env.unwrapped
+    if not isinstance(inner, AlohaEnv):
+        raise TypeError(f"expected an embodied-gym ALOHA env (AlohaEnv), got {type(inner).__name__}")
+    return inner
+
+
+__all__ = ["AlohaEnv", "aloha_env"]

@@ -19,11 +19,12 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_gym.envs import spaces as sp
+from embodied_gym.envs.base import aloha_env
 from embodied_gym.sim import robot
 from embodied_gym.sim.kinematics import ArmKinematics, rotation_error
 
 # Waypoint and grip_command are importable from here as before; each task's plan is in its task module.
-from embodied_gym.sim.tasks.planning import Waypoint, grip_command  # noqa: F401
+from embodied_gym.sim.tasks.planning import Feedback, Waypoint, grip_command  # noqa: F401
 
 _KI, _LEAK, _MAX_INTEGRAL = 0.05, 0.995, 0.15
 FROM_PLAN = "plan"
@@ -44,7 +45,7 @@ class ScriptedExpert:
     """Waypoint-following expert for one env (see module docstring)."""
 
     def __init__(self, env: gym.Env, integral_below: float | str | None = FROM_PLAN):
-        self.env = env.unwrapped
+        self.env = aloha_env(env)
         # FROM_PLAN: each plan's own ExpertPlan.integral_below; a number or None overrides it (an ablation).
         self.integral_below = integral_below
         self.task = self.env.task
@@ -52,7 +53,7 @@ class ScriptedExpert:
         kin = self.env.kinematics
         self.kin = ArmKinematics(kin.model, kin.idx)
         self.plan: list[Waypoint] | None = None
-        self._feedback = None
+        self._feedback: Feedback | None = None
         self._below: float | None = None
         self.arm = 1
 
@@ -68,13 +69,20 @@ class ScriptedExpert:
         plan = self.task.expert_plan(info["object_poses"])
         self.arm = plan.arm
         self._feedback = plan.feedback
-        self._below = plan.integral_below if self.integral_below == FROM_PLAN else self.integral_below
+        if self.integral_below == FROM_PLAN:
+            self._below = plan.integral_below
+        elif isinstance(self.integral_below, str):
+            raise ValueError(f"integral_below must be a number, None or {FROM_PLAN!r}, got {self.integral_below!r}")
+        else:
+            self._below = self.integral_below
         return plan.waypoints
 
     # ---------------------------------------------------------------- acting
     def _desired(self, t: int) -> tuple[np.ndarray, np.ndarray, float]:
         pos, rot = self._start_pose(self.arm)
         grip = robot.GRIPPER_OPEN
+        if self.plan is None:
+            raise RuntimeError("the expert has no plan yet: call it with the first step's info first")
         for wp in self.plan:
             if t < wp.steps:
                 s = 0.5 - 0.5 * math.cos(math.pi * (t + 1) / wp.steps)  # eased

@@ -24,6 +24,7 @@ from embodied_gym.sim.kinematics import ArmKinematics
 from embodied_gym.sim.physics import resolve_physics
 from embodied_gym.sim.scene import CONTROL_DT, compile_scene
 from embodied_gym.sim.tasks import make_task
+from embodied_gym.sim.timing import camera_period
 
 #: Default largest change of a joint target per control step sent to the robot (rad; m for grippers),
 #: like LeRobot's ``max_relative_target``: 5 rad/s and 0.5 m/s at 50 Hz.
@@ -90,12 +91,12 @@ class AlohaRealEnv(AlohaEnv):
         reset_fn: Callable[[Any, int | None], None] | None = None,
         camera_fps: float | None = None,
     ):
-        task = make_task(task)
+        task_model = make_task(task)
         opts = sp.EnvOptions.validate(obs_type, cameras, image_size, control_mode, render_mode)
-        self.camera_fps, self._camera_period = camera_fps, sp.camera_period(camera_fps)
+        self.camera_fps, self._camera_period = camera_fps, camera_period(camera_fps)
         # Kinematics for ee_delta come from the (calibrated) simulator's model of the arm.
-        model, idx, _ = compile_scene(task, resolve_physics(physics))
-        self._init_contract(task, opts, terminate_on_success, ArmKinematics(model, idx))
+        model, idx, _ = compile_scene(task_model, resolve_physics(physics))
+        self._init_contract(task_model, opts, terminate_on_success, ArmKinematics(model, idx))
         self.realtime = realtime
         self.success_fn = success_fn
         self.reset_fn = reset_fn
@@ -229,7 +230,7 @@ class AlohaRealEnv(AlohaEnv):
                 continue
             key = self.camera_map[cam]
             if key in raw:
-                img = np.asarray(raw[key], dtype=np.uint8)
+                img: np.ndarray = np.asarray(raw[key], dtype=np.uint8)
                 if img.shape[:2] != self.image_size:
                     img = cv2.resize(img, self.image_size[::-1], interpolation=cv2.INTER_AREA)
                 frames[cam] = img

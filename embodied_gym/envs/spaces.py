@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from embodied_gym.sim import robot
-from embodied_gym.sim.scene import CAMERAS, CONTROL_DT
+from embodied_gym.sim.scene import CAMERAS
 
 OBS_TYPES = ("state", "pixels", "pixels_state")
 RENDER_MODES = ("rgb_array",)
@@ -62,7 +62,8 @@ def _whole_number(v) -> int | None:
         return None
     if isinstance(v, numbers.Integral):
         return int(v)
-    return int(v) if float(v).is_integer() else None
+    f = float(v)
+    return int(f) if f.is_integer() else None
 
 
 def normalise_image_size(image_size) -> tuple[int, int]:
@@ -71,9 +72,9 @@ def normalise_image_size(image_size) -> tuple[int, int]:
     if isinstance(image_size, (str, bytes)) or not isinstance(image_size, (list, tuple, np.ndarray)):
         raise ValueError(f"{form}, got {image_size!r}")
     sides = [_whole_number(v) for v in image_size]
-    if len(sides) != 2 or None in sides:
+    h, w = sides if len(sides) == 2 else (None, None)
+    if h is None or w is None:
         raise ValueError(f"{form}, got {tuple(image_size)!r}")
-    h, w = sides
     if not (16 <= h <= 2048 and 16 <= w <= 2048):
         raise ValueError(f"image_size {(h, w)} out of range; each side must be in [16, 2048]")
     return h, w
@@ -99,29 +100,6 @@ class EnvOptions:
 
     def observation_space(self) -> spaces.Dict:
         return observation_space(self.obs_type, self.cameras if self.obs_type != "state" else (), self.image_size)
-
-
-def camera_period(camera_fps: float | None) -> int:
-    """Control steps per camera frame for a camera running at ``camera_fps`` (None: a frame every
-    control step, 50 Hz). A real camera runs at its own rate (LeRobot cameras have an ``fps``); between
-    its frames an observation holds the last one.
-
-    Raises:
-        ValueError: ``camera_fps`` is not positive, is above the 50 Hz control rate, or does not divide it
-            into whole steps (50, 25, 10, 5 ... Hz).
-    """
-    if camera_fps is None:
-        return 1
-    control_hz = 1.0 / CONTROL_DT
-    if not isinstance(camera_fps, numbers.Real) or not 0 < camera_fps <= control_hz:
-        raise ValueError(f"camera_fps must be in (0, {control_hz:g}] Hz (the control rate), got {camera_fps!r}")
-    period = control_hz / float(camera_fps)
-    if abs(period - round(period)) > 1e-6:
-        raise ValueError(
-            f"camera_fps={camera_fps:g} does not divide the {control_hz:g} Hz control rate into whole "
-            f"steps; use {control_hz:g}/k Hz, e.g. 25, 10 or 5"
-        )
-    return int(round(period))
 
 
 def observation_space(obs_type: str, cameras: Sequence[str], image_size: tuple[int, int]) -> spaces.Dict:
@@ -158,5 +136,7 @@ def clip_observation(space: spaces.Dict, obs: dict) -> dict:
     for key in ("joint_pos", "joint_vel"):
         if key in obs:
             box = space[key]
+            if not isinstance(box, spaces.Box):
+                raise TypeError(f"observation space entry {key!r} must be a Box, got {type(box).__name__}")
             obs[key] = np.minimum(np.maximum(obs[key].astype(np.float32), box.low), box.high)
     return obs

@@ -9,16 +9,19 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
   saved as ``config.json`` + ``model.safetensors``.
 - :func:`generate_frames`, :func:`write_episode`, :func:`load_frames` (data): frames with
   ground-truth poses from expert episodes, resumable; :func:`randomized_look` for
-  domain-randomised scene looks; :func:`generate_visaligner_frames`: the same episodes as a trained
-  VisAligner shows them (the aligned simulator's frames); :class:`PoseFramesConfig` and
-  :func:`make_frames`: either, as one typed setting (``embodied-gym perception frames``).
+  domain-randomised scene looks; :class:`PoseFramesConfig`: the settings of ``embodied-gym
+  perception frames``. The same episodes as a trained VisAligner shows them (the aligned
+  simulator's frames) are VisAligner's output: :mod:`embodied_gym.visaligner.pose_frames`
+  (``generate_visaligner_frames``, and ``make_frames``, which makes any look of the config).
 - :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate); ``visual_gap.measure_visual_gap``:
   the experiment that trains estimators on sim frames and measures them on a stand-in's camera.
 - :func:`fit_estimator_offset` and :func:`corrected_estimator` (robot_offset): the estimator's constant
   bias on the robot's camera, measured on the robot's own demonstrations, and a corrected copy.
-- :class:`PoseEstimateWrapper` (wrapper): ``obs["object_pose_estimate"]`` for a policy;
-  :class:`GroundTruthPoseWrapper`: the same entry from the simulator's true poses, for recording
-  sim demonstrations with exact labels (the policy still runs on the estimate).
+- :mod:`.pose_entry`: the contract of ``obs["object_pose_estimate"]``, the policy's pose entry
+  (its key, sources, update modes, the estimator's identity); the wrappers that add it are
+  :class:`~embodied_gym.wrappers.pose.PoseEstimateWrapper` (the estimate, for a policy) and
+  :class:`~embodied_gym.wrappers.pose.GroundTruthPoseWrapper` (the simulator's true poses, for
+  recording sim demonstrations with exact labels; the policy still runs on the estimate).
 """
 
 from embodied_gym.perception.configuration import PoseEstimatorConfig
@@ -27,9 +30,7 @@ from embodied_gym.perception.data import (
     PoseFramesConfig,
     estimator_config_of_frames,
     generate_frames,
-    generate_visaligner_frames,
     load_frames,
-    make_frames,
     per_frame,
     randomized_look,
     write_episode,
@@ -37,13 +38,10 @@ from embodied_gym.perception.data import (
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
 from embodied_gym.perception.robot_offset import corrected_estimator, fit_estimator_offset
-from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
-from embodied_gym.perception.wrapper import GroundTruthPoseWrapper, PoseEstimateWrapper
+from embodied_gym.perception.training import PoseTrainConfig, train_pose_estimator
 
 __all__ = [
     "Frames",
-    "GroundTruthPoseWrapper",
-    "PoseEstimateWrapper",
     "PoseEstimator",
     "PoseEstimatorConfig",
     "PoseFramesConfig",
@@ -52,9 +50,7 @@ __all__ = [
     "estimator_config_of_frames",
     "fit_estimator_offset",
     "generate_frames",
-    "generate_visaligner_frames",
     "load_frames",
-    "make_frames",
     "per_frame",
     "pose_errors",
     "randomized_look",

@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -99,11 +99,11 @@ def per_frame(fn: Callable[[np.ndarray], np.ndarray]) -> FrameTransform:
     return transform
 
 
-def _episode_path(out: Path, seed: int) -> Path:
+def episode_path(out: Path, seed: int) -> Path:
     return out / f"episode_{int(seed):06d}.npz"
 
 
-def _check_manifest(out: Path, want: dict) -> None:
+def check_manifest(out: Path, want: dict) -> None:
     path = out / MANIFEST
     if not path.exists():
         out.mkdir(parents=True, exist_ok=True)
@@ -144,13 +144,13 @@ def write_episode(
             f"write_episode needs one pose row (n_objects={len(config.objects)}, 7) per frame; "
             f"got {len(frames)} frames and poses of shape {poses.shape}"
         )
-    _check_manifest(out, {**config.input_fields(), "source": source})
+    check_manifest(out, {**config.input_fields(), "source": source})
     prep = config.preprocess_crop if cropped else config.preprocess
     inputs = np.stack([prep(f) for f in frames]) if len(frames) else np.zeros((0, *config.input_size, 3), np.uint8)
-    steps = np.arange(len(frames)) if steps is None else np.asarray(steps)
-    path = _episode_path(out, seed)
+    step_array = np.arange(len(frames)) if steps is None else np.asarray(steps)
+    path = episode_path(out, seed)
     with atomic_path(path) as tmp:
-        np.savez(tmp, inputs=inputs, poses=poses, steps=steps.astype(np.int64), seed=np.int64(seed))
+        np.savez(tmp, inputs=inputs, poses=poses, steps=step_array.astype(np.int64), seed=np.int64(seed))
     return path
 
 
@@ -164,7 +164,24 @@ def _poses_row(info: dict, objects) -> np.ndarray:
     return np.stack([np.asarray(poses[o], dtype=np.float64) for o in objects])
 
 
-def _expert_episode(env, expert, seed: int, stride: int, capture: Callable, objects) -> tuple[list, list, list]:
+def _sim_frame(env: gym.Env, config: PoseEstimatorConfig) -> np.ndarray:
+    """The sim env's frame of ``config.camera`` now, at ``config.frame_size``."""
+    from embodied_gym.envs.aloha_env import AlohaTaskEnv
+
+    u = env.unwrapped
+    if not isinstance(u, AlohaTaskEnv):
+        raise TypeError(f"rendering a camera needs a sim env (AlohaTaskEnv), got {type(u).__name__}")
+    return u.render_camera(config.camera, config.frame_size)
+
+
+def _frame_capture(env: gym.Env, config: PoseEstimatorConfig, real: bool) -> Callable[[dict], np.ndarray]:
+    """``capture(obs)``: a robot's frame from its observation, a sim env's rendered now."""
+    if real:
+        return lambda obs: obs[config.camera]
+    return lambda obs: _sim_frame(env, config)
+
+
+def expert_episode(env, expert, seed: int, stride: int, capture: Callable, objects) -> tuple[list, list, list]:
     """Run ``expert`` for one episode from ``env.reset(seed=seed)`` until it ends; every ``stride``-th
     step (step 0 included) keep ``capture(obs)`` with the objects' true poses: (captures, poses, steps)."""
     obs, info = env.reset(seed=seed)
@@ -180,6 +197,107 @@ def _expert_episode(env, expert, seed: int, stride: int, capture: Callable, obje
         t += 1
         if terminated or truncated or info.get("physics_error"):
             return captures, poses, steps
+
+
+def _frames_source(
+    env_id: str, transform: FrameTransform | None, look: Callable[[int], SceneLook] | None, env_kwargs: dict | None
+) -> str:
+    """The manifest's ``source``: the env id, the transform, the look and the robot config."""
+    source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"
+    if look is not None:
+        source += f"+look:{getattr(look, '__name__', 'look')}"
+    robot_config = (env_kwargs or {}).get("robot_config")
+    if robot_config is not None:  # another stand-in world: other frames
+        source += f"+robot_config:{os.fspath(robot_config)}"
+    return source
+
+
+def _frame_env_kwargs(config: PoseEstimatorConfig, real: bool, env_kwargs: dict | None) -> dict[str, Any]:
+    """``gym.make``'s kwargs for the frame episodes: the whole time limit, ``config``'s camera and size."""
+    kwargs: dict[str, Any] = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
+    # A sim env renders only the kept frames; a robot's frames come through its observation.
+    kwargs["obs_type"] = "pixels_state" if real else "state"
+    if real:
+        kwargs["realtime"] = False
+    kwargs.update(env_kwargs or {})
+    return kwargs
+
+
+@dataclass
+class _FrameRun:
+    """:func:`generate_frames` in this process: its settings, and the env (with its expert) the
+    episodes run in, made once, or anew per episode when ``look`` gives each its own scene."""
+
+    out: Path
+    config: PoseEstimatorConfig
+    env_id: str
+    real: bool
+    source: str  # the manifest's; names the transform in its errors
+    frame_stride: int
+    transform: FrameTransform | None
+    look: Callable[[int], SceneLook] | None
+    layouts_per_episode: int
+    env_kwargs: dict[str, Any]  # gym.make's (_frame_env_kwargs)
+    env: gym.Env | None = None
+    expert: Any = None
+
+    def env_for(self, seed: int) -> gym.Env:
+        """The env to run episode ``seed`` in, checked to run ``config``'s task."""
+        from embodied_gym.envs.base import aloha_env
+        from embodied_gym.envs.experts import make_expert
+
+        if self.env is None or self.look is not None:
+            if self.env is not None:
+                self.env.close()
+            looks: dict[str, Any] = {"look": self.look(seed)} if self.look is not None else {}
+            self.env = gym.make(self.env_id, **self.env_kwargs, **looks)
+            task = aloha_env(self.env).task.name
+            if task != self.config.task:
+                raise ValueError(
+                    f"env {self.env_id} runs task {task}, but the estimator config is for {self.config.task}"
+                )
+            self.expert = make_expert(self.env)
+        return self.env
+
+    def episode(self, seed: int) -> Path:
+        """Episode ``seed``'s kept frames, then its extra layouts', transformed and written."""
+        env, config = self.env_for(seed), self.config
+        capture = _frame_capture(env, config, self.real)
+        frames, poses, steps = expert_episode(env, self.expert, seed, self.frame_stride, capture, config.objects)
+        video = _transformed(self.transform, np.stack(frames), self.source)
+        extra = self.layouts(env, seed, poses, steps)
+        if extra:
+            video = np.concatenate([video, _transformed(self.transform, np.stack(extra), self.source)])
+        return write_episode(self.out, config, seed, list(video), np.stack(poses), steps, source=self.source)
+
+    def layouts(self, env: gym.Env, seed: int, poses: list, steps: list) -> list:
+        """The frames of ``layouts_per_episode`` fresh layouts (a reset with a seed derived from
+        ``seed``); their poses and step -1 are appended to ``poses`` and ``steps``."""
+        extra = []
+        for k in range(self.layouts_per_episode):
+            layout_seed = int(np.random.default_rng([seed, k, 4242]).integers(2**31 - 1))
+            obs, info = env.reset(seed=layout_seed)
+            extra.append(obs[self.config.camera] if self.real else _sim_frame(env, self.config))
+            poses.append(_poses_row(info, self.config.objects))
+            steps.append(-1)
+        return extra
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+
+
+def _frames_in_process(run: _FrameRun, seeds: list, progress: bool) -> list[Path]:
+    """:func:`generate_frames` for ``seeds``, one episode after another in this process."""
+    from tqdm.auto import tqdm
+
+    written: list[Path] = []
+    try:
+        for seed in tqdm(seeds, desc=f"frames {run.env_id}", disable=None if progress else True, unit="ep"):
+            written.append(run.episode(int(seed)))
+    finally:
+        run.close()
+    return written
 
 
 def generate_frames(
@@ -219,10 +337,7 @@ def generate_frames(
     Episodes run the whole time limit with ``terminate_on_success=False``, so frames after the
     grasp (the cup lifted and held) are included.
     """
-    from tqdm.auto import tqdm
-
     import embodied_gym
-    from embodied_gym.envs.experts import make_expert
 
     if frame_stride < 1:
         raise ValueError(f"frame_stride must be >= 1, got {frame_stride}")
@@ -233,14 +348,10 @@ def generate_frames(
     real = embodied_gym.parse_env_id(env_id).real
     if look is not None and real:
         raise ValueError(f"look= changes a simulator's scene; {env_id} is a robot (use a sim id)")
-    source = f"{env_id}:{getattr(transform, '__name__', 'transform') if transform else 'raw'}"
-    if look is not None:
-        source += f"+look:{getattr(look, '__name__', 'look')}"
-    if (env_kwargs or {}).get("robot_config") is not None:  # another stand-in world: other frames
-        source += f"+robot_config:{os.fspath(env_kwargs['robot_config'])}"
-    _check_manifest(out, {**config.input_fields(), "source": source})
-    todo = [s for s in seeds if not _episode_path(out, s).exists()]
-    written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
+    source = _frames_source(env_id, transform, look, env_kwargs)
+    check_manifest(out, {**config.input_fields(), "source": source})
+    todo = [s for s in seeds if not episode_path(out, s).exists()]
+    written = [episode_path(out, s) for s in seeds if episode_path(out, s).exists()]
     if not todo:
         return written
     if min(workers, len(todo)) > 1:
@@ -253,161 +364,9 @@ def generate_frames(
             layouts_per_episode=layouts_per_episode,
         )
         return written + _frames_in_workers(out, config, todo, job, min(workers, len(todo)), progress)
-    kwargs = dict(terminate_on_success=False, image_size=config.frame_size, cameras=(config.camera,))
-    # A sim env renders only the kept frames; a robot's frames come through its observation.
-    kwargs["obs_type"] = "pixels_state" if real else "state"
-    if real:
-        kwargs["realtime"] = False
-    kwargs.update(env_kwargs or {})
-    env = None
-    try:
-        for seed in tqdm(todo, desc=f"frames {env_id}", disable=not progress, unit="ep"):
-            if env is None or look is not None:
-                if env is not None:
-                    env.close()
-                env = gym.make(env_id, **kwargs, **({"look": look(int(seed))} if look is not None else {}))
-                task = env.unwrapped.task.name
-                if task != config.task:
-                    raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
-                expert = make_expert(env)
-            capture = (
-                (lambda obs: obs[config.camera])
-                if real
-                else (lambda obs, env=env: env.unwrapped.render_camera(config.camera, config.frame_size))
-            )
-            frames, poses, steps = _expert_episode(env, expert, int(seed), frame_stride, capture, config.objects)
-            frames = _transformed(transform, np.stack(frames), source)
-            extra = []
-            for k in range(layouts_per_episode):
-                layout_seed = int(np.random.default_rng([int(seed), k, 4242]).integers(2**31 - 1))
-                obs, info = env.reset(seed=layout_seed)
-                extra.append(
-                    obs[config.camera] if real else env.unwrapped.render_camera(config.camera, config.frame_size)
-                )
-                poses.append(_poses_row(info, config.objects))
-                steps.append(-1)
-            if extra:
-                frames = np.concatenate([frames, _transformed(transform, np.stack(extra), source)])
-            written.append(write_episode(out, config, int(seed), list(frames), np.stack(poses), steps, source=source))
-    finally:
-        if env is not None:
-            env.close()
-    return written
-
-
-def generate_visaligner_frames(
-    out: str | os.PathLike,
-    config: PoseEstimatorConfig,
-    seeds: Sequence[int],
-    model: str | os.PathLike,
-    reference: np.ndarray | str | os.PathLike,
-    env_id: str | None = None,
-    env_kwargs: dict | None = None,
-    num_inference_steps: int | None = None,
-    batch_episodes: int = 8,
-    device: str = "cpu",
-    progress: bool = True,
-) -> list[Path]:
-    """Frames of scripted-expert episodes in a sim env as VisAligner shows them: the training data of
-    a pose estimator for the real camera (arXiv 2507.05198, section 3.2: the aligned simulator's frames).
-
-    Each episode (one per seed, the whole time limit, ``terminate_on_success=False``) is rendered with
-    its object masks every ``frame_stride`` steps of the VisAligner model (the frame rate it was
-    trained at), and VisAligner generates the video chunk by chunk from ``reference``; the stored
-    frames are the generated ones, with the sim's poses. Stored steps are those of the render, so
-    frame ``k`` is step ``k * frame_stride``.
-
-    Args:
-        out: the frame folder (resumes: episodes already there are kept).
-        config: the estimator's camera, frame size, crop and objects. A model trained on a crop
-            (``visaligner train --crop``) must have this config's crop; its output is that region.
-        seeds: one episode per seed.
-        model: a VisAligner model folder (``visaligner train``'s ``OUT/model``).
-        reference: a real camera frame (an image file or ``(H, W, 3)`` uint8, the whole frame): the
-            look every episode starts from. It is frame 0 of each generated video and is not stored
-            (its layout is another episode's).
-        env_id: a sim id (default the task's); ``env_kwargs`` more ``gym.make`` arguments (``physics=``).
-        batch_episodes: episodes denoised together (one batch per chunk); the frames do not depend
-            on it (one generator per episode, seeded by its seed).
-        device: the torch device VisAligner runs on.
-
-    Raises:
-        ValueError: a ``-Real-`` env id, or a crop model whose crop is not the estimator's.
-    """
-    import cv2
-    import torch
-    from tqdm.auto import tqdm
-
-    import embodied_gym
-    from embodied_gym.envs.experts import make_expert
-    from embodied_gym.rendering import crop_frames
-    from embodied_gym.visaligner.paired import SimCameraRenderer
-    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
-    from embodied_gym.visaligner.render import load_image
-
-    if batch_episodes < 1:
-        raise ValueError(f"batch_episodes must be >= 1, got {batch_episodes}")
-    out = Path(out)
-    env_id = env_id or embodied_gym.env_id(config.task)
-    if embodied_gym.parse_env_id(env_id).real:
-        raise ValueError(f"generate_visaligner_frames renders a simulator; {env_id} is a robot (use a sim id)")
-    pipe = VisAlignerPipeline.from_pretrained(model).to(device)
-    crop = pipe.config.crop
-    if crop is not None and tuple(crop) != tuple(config.crop):
-        raise ValueError(
-            f"VisAligner model {model} was trained on the crop {tuple(crop)} but the estimator crops "
-            f"{tuple(config.crop)}: train VisAligner with --crop {' '.join(map(str, config.crop))}"
-        )
-    stride = pipe.config.frame_stride
-    if isinstance(reference, (str, os.PathLike)):
-        reference = load_image(reference, config.frame_size)
-    reference = np.asarray(reference, dtype=np.uint8)
-    if reference.shape[:2] != tuple(config.frame_size):
-        fh, fw = config.frame_size
-        reference = cv2.resize(np.ascontiguousarray(reference), (fw, fh), interpolation=cv2.INTER_AREA)
-    cut = (lambda x, **k: crop_frames(x, crop, **k)) if crop is not None else (lambda x, **k: np.asarray(x))
-    ref = cut(reference)
-    source = f"{env_id}:visaligner:{os.path.abspath(model)}"
-    _check_manifest(out, {**config.input_fields(), "source": source})
-    todo = [int(s) for s in seeds if not _episode_path(out, s).exists()]
-    written = [_episode_path(out, s) for s in seeds if _episode_path(out, s).exists()]
-    if not todo:
-        return written
-    env = gym.make(env_id, obs_type="state", terminate_on_success=False, **(env_kwargs or {}))
-    task = env.unwrapped.task.name
-    if task != config.task:
-        env.close()
-        raise ValueError(f"env {env_id} runs task {task}, but the estimator config is for {config.task}")
-    camera = SimCameraRenderer(env, config.camera, config.frame_size)
-    expert = make_expert(env)
-    bar = tqdm(total=len(todo), desc="visaligner frames", unit="ep", disable=not progress)
-    try:
-        for g0 in range(0, len(todo), batch_episodes):
-            group = todo[g0 : g0 + batch_episodes]
-            sims, masks, poses, steps = [], [], [], []
-            for seed in group:
-                views, pose, step = _expert_episode(env, expert, seed, stride, lambda obs: camera(), config.objects)
-                rgb = [cut(frame) for frame, _ in views]
-                msk = [cut(mask, channels=False) for _, mask in views]
-                # the reference is frame 0 of the video; sim frame 0 is repeated so that every stored frame is generated
-                sims.append(np.stack([rgb[0]] + rgb))
-                masks.append(np.stack([msk[0]] + msk))
-                poses.append(np.stack(pose))
-                steps.append(step)
-            gens = [torch.Generator(pipe.device).manual_seed(s) for s in group]
-            videos = pipe.generate_videos([ref] * len(group), sims, masks, num_inference_steps, gens)
-            for seed, video, pose, step in zip(group, videos, poses, steps):
-                written.append(
-                    write_episode(
-                        out, config, seed, list(video[1:]), pose, step, source=source, cropped=crop is not None
-                    )
-                )
-                bar.update(1)
-    finally:
-        bar.close()
-        camera.close()
-        env.close()
-    return written
+    kwargs = _frame_env_kwargs(config, real, env_kwargs)
+    run = _FrameRun(out, config, env_id, real, source, frame_stride, transform, look, layouts_per_episode, kwargs)
+    return written + _frames_in_process(run, todo, progress)
 
 
 def _frames_in_workers(
@@ -433,7 +392,10 @@ def _frames_in_workers(
     written: dict[int, Path] = {}
     with (
         tqdm(
-            total=len(seeds), desc=f"frames {job['env_id']} ({workers} workers)", disable=not progress, unit="ep"
+            total=len(seeds),
+            desc=f"frames {job['env_id']} ({workers} workers)",
+            disable=None if progress else True,
+            unit="ep",
         ) as bar,
         WorkerPool(workers, what="frame generation worker") as pool,
     ):
@@ -518,7 +480,7 @@ def estimator_config_of_frames(folder: str | os.PathLike) -> PoseEstimatorConfig
 
 @dataclass
 class PoseFramesConfig:
-    """Settings of :func:`make_frames` (``embodied-gym perception frames``): a frame folder of
+    """Settings of :func:`~embodied_gym.visaligner.pose_frames.make_frames` (``embodied-gym perception frames``): a frame folder of
     scripted-expert episodes with their ground-truth poses, to train or measure a pose estimator on.
 
     ``look`` decides what the frames look like: ``raw`` (the sim's own renders), ``randomized``
@@ -588,85 +550,17 @@ class PoseFramesConfig:
         )
 
 
-def make_frames(cfg: PoseFramesConfig) -> list[Path]:
-    """The frame folder ``cfg`` describes (:func:`generate_frames` or :func:`generate_visaligner_frames`);
-    returns its episode files. Resumes: episodes already in ``cfg.out`` are kept.
-
-    Raises:
-        ValueError: a setting that does not fit the look or the env (named with its flag and the fix).
-    """
-    import embodied_gym
-
-    estimator = cfg.estimator_config()
-    env_id = cfg.env or embodied_gym.env_id(cfg.task)
-    real = embodied_gym.parse_env_id(env_id).real
-    if cfg.episodes < 1:
-        raise ValueError(f"--episodes must be at least 1, got {cfg.episodes}")
-    if real and cfg.physics:
-        raise ValueError(f"--physics calibrates a sim; {env_id} is a -Real- id (drop --physics, or pass a sim --env)")
-    if cfg.robot_config and not real:
-        raise ValueError(
-            f"--robot-config configures a stand-in robot; {env_id} is a sim id (pass its -Real- id as "
-            f"--env, e.g. {embodied_gym.env_id(cfg.task, real=True)})"
-        )
-    env_kwargs = {k: v for k, v in (("physics", cfg.physics), ("robot_config", cfg.robot_config)) if v}
-    seeds = range(cfg.seed, cfg.seed + cfg.episodes)
-    if cfg.look == "visaligner":
-        if not cfg.visaligner_model or not cfg.reference:
-            raise ValueError(
-                "--look visaligner needs --visaligner-model (visaligner train's OUT/model) and "
-                "--reference (a real camera frame, or the dataset recorded on the robot)"
-            )
-        if real:
-            raise ValueError(
-                f"--look visaligner renders sim episodes; {env_id} is a -Real- id (the robot's camera "
-                f"needs no VisAligner: use --look raw)"
-            )
-        from embodied_gym.visaligner.generate import reference_image
-
-        out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
-        reference = reference_image(cfg.reference, estimator.camera, out / "reference.png")
-        return generate_visaligner_frames(
-            out,
-            estimator,
-            seeds,
-            cfg.visaligner_model,
-            str(reference),
-            env_id=env_id,
-            env_kwargs=env_kwargs or None,
-            num_inference_steps=cfg.visaligner_steps,
-            device=cfg.device,
-            progress=cfg.progress,
-        )
-    if cfg.visaligner_model or cfg.reference:
-        raise ValueError(f"--visaligner-model and --reference are for --look visaligner (got --look {cfg.look})")
-    if cfg.look == "randomized" and real:
-        raise ValueError(f"--look randomized changes the sim's scene; {env_id} is a -Real- id (use --look raw)")
-    return generate_frames(
-        cfg.out,
-        estimator,
-        seeds,
-        env_id=env_id,
-        frame_stride=cfg.frame_stride,
-        env_kwargs=env_kwargs or None,
-        look=randomized_look if cfg.look == "randomized" else None,
-        layouts_per_episode=cfg.layouts_per_episode,
-        progress=cfg.progress,
-        workers=cfg.workers,
-    )
-
-
 __all__ = [
     "MANIFEST",
     "FrameTransform",
     "Frames",
     "PoseFramesConfig",
+    "check_manifest",
+    "episode_path",
     "estimator_config_of_frames",
+    "expert_episode",
     "generate_frames",
-    "generate_visaligner_frames",
     "load_frames",
-    "make_frames",
     "per_frame",
     "randomized_look",
     "write_episode",

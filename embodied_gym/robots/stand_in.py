@@ -31,6 +31,7 @@ from embodied_gym.sim.core import ActuatorEffects, SimCore, StribeckFriction
 from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 from embodied_gym.sim.scene import CAMERAS, SceneLook
 from embodied_gym.sim.tasks import make_task
+from embodied_gym.sim.timing import camera_period
 
 DEFAULT_CONFIG = Path(__file__).with_name("stand_in_default.yaml")
 _TOP_KEYS = {"seed", "physics", "effects", "look"}
@@ -220,8 +221,6 @@ class StandInRobotConfig(RobotConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        from embodied_gym.envs.spaces import camera_period
-
         camera_period(self.camera_fps)  # raises naming the value
         if self.calibration_dir is None:  # nothing to calibrate; keep LeRobot's cache folder clean
             self.calibration_dir = Path(tempfile.gettempdir()) / "embodied_gym_stand_in"
@@ -243,8 +242,6 @@ class StandInRobot(Robot):
         self.config = config
         self._settings = load_settings(config.config_path)
         self._world: SimCore | None = None
-        from embodied_gym.envs.spaces import camera_period
-
         self._camera_period = camera_period(config.camera_fps)  # observations per camera frame
 
     # ------------------------------------------------------------------ features
@@ -278,7 +275,7 @@ class StandInRobot(Robot):
         eff = s.get("effects", {})
         self._pos_noise = float(eff.get("joint_position_noise", 0.0))
         self._vel_noise = float(eff.get("joint_velocity_noise", 0.0))
-        self._scene_rng = None
+        self._scene_rng: np.random.Generator | None = None
         self.reset_scene(seed=None)
 
     def calibrate(self) -> None:
@@ -328,7 +325,7 @@ class StandInRobot(Robot):
         import cv2
 
         look = self._settings.get("look", {})
-        out = img.astype(np.float32) * np.asarray(look.get("white_balance", (1, 1, 1)), np.float32)
+        out: np.ndarray = img.astype(np.float32) * np.asarray(look.get("white_balance", (1, 1, 1)), np.float32)
         sigma = float(look.get("blur_sigma", 0.0))
         if sigma > 0:
             out = cv2.GaussianBlur(out, (0, 0), sigma)

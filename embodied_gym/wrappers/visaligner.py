@@ -83,7 +83,10 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
                 f"without --crop"
             )
         self.pipeline, self.camera = pipeline, camera
-        self.image_shape = space.spaces[camera].shape
+        shape = space.spaces[camera].shape
+        if shape is None:
+            raise ValueError(f"VisAlignerWrapper needs obs[{camera!r}] to be an image space with a shape")
+        self.image_shape = shape
         ref = reference if reference is not None else pipeline.reference_image
         if ref is None:
             raise ValueError(
@@ -93,7 +96,7 @@ class VisAlignerWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs)
         self.reference = _fit(np.asarray(ref, dtype=np.uint8), self.image_shape[:2])
         self.frame_stride = int(frame_stride or pipeline.config.frame_stride)
         self.num_inference_steps, self.temporal = num_inference_steps, temporal
-        self._renderer = SimCameraRenderer(env, camera, self.image_shape[:2])
+        self._renderer = SimCameraRenderer(env, camera, (shape[0], shape[1]))
         self._generator = torch.Generator(pipeline.device).manual_seed(seed)
         self._step = 0
         self._chunk = 0

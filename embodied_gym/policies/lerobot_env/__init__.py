@@ -18,40 +18,14 @@ LeRobot's conventions this follows: observations ``{"pixels": {camera: HxWx3 uin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 from lerobot.configs.types import FeatureType, PolicyFeature
 from lerobot.envs.configs import EnvConfig
 
 from embodied_gym.data import features as F
-
-
-class LeRobotObservationWrapper(gym.ObservationWrapper):
-    """Regroups our flat observation into LeRobot's env convention (``pixels`` dict + ``agent_pos``).
-
-    Observation space: ``Dict(pixels=Dict(<camera>: Box(0, 255, (H, W, 3), uint8)),
-    agent_pos=Box(14, float32))``. Actions, rewards, termination and ``info`` pass through;
-    ``task_description`` and ``task`` hold the task's language description.
-    """
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        space = env.observation_space
-        self.cameras = tuple(k for k in space.spaces if k.startswith("cam_"))
-        if "joint_pos" not in space.spaces or not self.cameras:
-            raise ValueError("LeRobotObservationWrapper needs obs_type='pixels_state' with at least one camera")
-        self.observation_space = gym.spaces.Dict(
-            {
-                "pixels": gym.spaces.Dict({c: space[c] for c in self.cameras}),
-                "agent_pos": space["joint_pos"],
-            }
-        )
-        self.task_description = env.unwrapped.task.description
-        self.task = self.task_description
-
-    def observation(self, obs):
-        return {"pixels": {c: obs[c] for c in self.cameras}, "agent_pos": np.asarray(obs["joint_pos"], np.float32)}
+from embodied_gym.wrappers.lerobot import LeRobotObservationWrapper
 
 
 @EnvConfig.register_subclass("embodied_gym")
@@ -89,11 +63,13 @@ class EmbodiedGymEnvConfig(EnvConfig):
     def gym_id(self) -> str:
         import embodied_gym
 
+        if self.task is None:
+            raise ValueError("--env.task is required: a task name such as PickCup")
         return embodied_gym.env_id(self.task, real=self.real)
 
     @property
     def gym_kwargs(self) -> dict:
-        kw = {
+        kw: dict[str, Any] = {
             "obs_type": "pixels_state",
             "cameras": tuple(self.cameras),
             "render_mode": "rgb_array",
@@ -116,7 +92,10 @@ class EmbodiedGymEnvConfig(EnvConfig):
     def create_envs(self, n_envs: int, use_async_envs: bool = False) -> dict[str, dict[int, gym.vector.VectorEnv]]:
         from gymnasium.vector import AutoresetMode
 
-        cls = gym.vector.AsyncVectorEnv if (use_async_envs and n_envs > 1) else gym.vector.SyncVectorEnv
-        extra = {"context": "forkserver"} if cls is gym.vector.AsyncVectorEnv else {}
-        vec = cls([self.make_env for _ in range(n_envs)], autoreset_mode=AutoresetMode.SAME_STEP, **extra)
+        fns = [self.make_env for _ in range(n_envs)]
+        vec: gym.vector.VectorEnv
+        if use_async_envs and n_envs > 1:
+            vec = gym.vector.AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP, context="forkserver")
+        else:
+            vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
         return {self.type: {0: vec}}

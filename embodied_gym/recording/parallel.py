@@ -1,6 +1,6 @@
 """Scripted-expert demonstrations rolled out in parallel and written as one dataset, in seed order.
 
-:func:`record_expert_demos` is :func:`~embodied_gym.data.recording.record` for the scripted expert
+:func:`record_expert_demos` is :func:`~embodied_gym.recording.episodes.record` for the scripted expert
 (:func:`embodied_gym.make_expert`), with the episodes rolled out by worker processes: local
 processes (``backend="local"``, :class:`~embodied_gym.processes.WorkerPool`: started with ``spawn``, so MuJoCo's
 OpenGL state and torch's threads start clean) or Ray tasks (``backend="ray"``, on a local Ray instance,
@@ -24,10 +24,19 @@ from __future__ import annotations
 
 import os
 import pickle
+from dataclasses import dataclass, field
 from typing import Any
 
+from tqdm import tqdm
+
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
-from embodied_gym.data.recording import (
+from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
+from embodied_gym.envs.experts import FROM_PLAN, make_expert
+from embodied_gym.errors import UserInputError
+from embodied_gym.factory import make_env
+from embodied_gym.processes import WorkerPool, cpu_count
+from embodied_gym.recording.episodes import (
+    RecordingPlan,
     RecordingSummary,
     RolledEpisode,
     plan_recording,
@@ -35,10 +44,6 @@ from embodied_gym.data.recording import (
     rollout_episode,
     write_episode,
 )
-from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
-from embodied_gym.envs.experts import FROM_PLAN
-from embodied_gym.errors import UserInputError
-from embodied_gym.processes import WorkerPool, cpu_count
 
 __all__ = ["BACKENDS", "record_expert_demos"]
 
@@ -63,16 +68,13 @@ def _worker_env(spec: tuple[str, dict, Any]):
     """This process's (env, expert) for ``spec``, built on first use (Ray reuses its worker processes
     across calls: rebuilt when the spec differs)."""
     if _WORKER.get("spec") != spec:
-        import torch
-
-        import embodied_gym
-        from embodied_gym.factory import make_env
+        import torch  # the pose estimator's threads
 
         torch.set_num_threads(1)  # one core per worker; the pose estimator runs here
         if "env" in _WORKER:
             _WORKER.pop("env").close()
         env = make_env(spec[0], **spec[1])
-        _WORKER.update(spec=spec, env=env, expert=embodied_gym.make_expert(env, integral_below=spec[2]))
+        _WORKER.update(spec=spec, env=env, expert=make_expert(env, integral_below=spec[2]))
     return _WORKER["env"], _WORKER["expert"]
 
 
@@ -164,6 +166,89 @@ class _RayPool:
                         signal.signal(sig, handler)
 
 
+def _checked_arguments(
+    env_kwargs: dict[str, Any] | None, backend: str, workers: int | None, episodes: int
+) -> tuple[dict[str, Any], int]:
+    """:func:`record_expert_demos`'s arguments checked before anything is written -> (the env kwargs,
+    copied and each picklable; the worker count, at most ``episodes``)."""
+    if backend not in BACKENDS:
+        raise UserInputError(f"unknown recording backend {backend!r}; valid: {', '.join(map(repr, BACKENDS))}")
+    if workers is not None and workers < 1:
+        raise UserInputError(f"workers must be at least 1 (1 rolls the episodes in this process), got {workers}")
+    if episodes < 0:
+        raise UserInputError(f"episodes must be >= 0, got {episodes}")
+    env_kwargs = dict(env_kwargs or {})
+    _check_spec(env_kwargs)
+    if backend == "ray":
+        _import_ray()  # before anything is written
+    return env_kwargs, min(workers or cpu_count(), max(episodes, 1))
+
+
+@dataclass
+class _Flight:
+    """The episodes :func:`_record_in_workers` has in flight: the first ``submitted`` dataset indices
+    were handed to ``pool`` (``pending``: those not yet written); ``results``: the successes written."""
+
+    pool: _LocalPool | _RayPool
+    spec: tuple[str, dict, Any]
+    job: tuple[int, tuple[str, ...], str | None]  # after_success_steps, cameras, estimate_key
+    seed: int  # dataset index i is reset with seed + i
+    stop: int  # one past the last dataset index to record
+    window: int  # episodes in flight past the next one to write
+    submitted: int
+    pending: dict[int, Any] = field(default_factory=dict)
+    results: list[bool] = field(default_factory=list)
+
+    def refill(self, index: int) -> None:
+        """Submit episodes until ``window`` are in flight past ``index`` (the next one to write)."""
+        while self.submitted < self.stop and self.submitted - index < self.window:
+            self.pending[self.submitted] = self.pool.submit(self.spec, self.seed + self.submitted, *self.job)
+            self.submitted += 1
+
+    def take(self, index: int) -> RolledEpisode:
+        """Episode ``index``, once rolled out."""
+        return self.pool.result(self.pending.pop(index))
+
+
+def _record_in_workers(
+    writer: EpisodeWriter,
+    plan: RecordingPlan,
+    spec: tuple[str, dict, Any],
+    episodes: int,
+    seed: int,
+    after_success_steps: int,
+    workers: int,
+    backend: str,
+    progress: bool,
+) -> RecordingSummary:
+    """Roll ``episodes`` (> 0) episodes out in ``workers`` processes (or Ray tasks) and write them
+    with ``writer`` as they come back, in order."""
+    have = writer.episodes
+    bar = tqdm(
+        total=episodes,
+        desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
+        unit="ep",
+        disable=None if progress else True,
+    )
+    pool = (_RayPool if backend == "ray" else _LocalPool)(spec, workers)
+    job = (after_success_steps, plan.cameras, plan.estimate_key)
+    flight = _Flight(pool, spec, job, seed, stop=have + episodes, window=2 * workers, submitted=have)
+    finished = False
+    try:
+        for index in range(have, flight.stop):
+            flight.refill(index)
+            episode = flight.take(index)
+            write_episode(writer, episode, plan.row(episode, spec[0]))
+            flight.results.append(episode.success)
+            bar.update()
+            bar.set_postfix(success=f"{sum(flight.results) / len(flight.results):.0%}")
+        finished = True
+    finally:
+        bar.close()
+        pool.close(finished)
+    return RecordingSummary(str(writer.root), flight.stop, episodes, sum(flight.results) / len(flight.results))
+
+
 def record_expert_demos(
     env_id: str,
     env_kwargs: dict[str, Any] | None,
@@ -207,27 +292,11 @@ def record_expert_demos(
             (the message says what to install).
         FileExistsError: ``root`` holds a dataset and ``resume`` is false.
     """
-    from tqdm import tqdm
-
-    import embodied_gym
-    from embodied_gym.factory import make_env
-
-    if backend not in BACKENDS:
-        raise UserInputError(f"unknown recording backend {backend!r}; valid: {', '.join(map(repr, BACKENDS))}")
-    if workers is not None and workers < 1:
-        raise UserInputError(f"workers must be at least 1 (1 rolls the episodes in this process), got {workers}")
-    if episodes < 0:
-        raise UserInputError(f"episodes must be >= 0, got {episodes}")
-    env_kwargs = dict(env_kwargs or {})
-    _check_spec(env_kwargs)
-    if backend == "ray":
-        _import_ray()  # before anything is written
-    workers = min(workers or cpu_count(), max(episodes, 1))
-
+    env_kwargs, workers = _checked_arguments(env_kwargs, backend, workers, episodes)
     env = make_env(env_id, **env_kwargs)  # checked here, before any worker starts
     try:
         if workers == 1 and backend == "local":
-            expert = embodied_gym.make_expert(env, integral_below=expert_integral_below)
+            expert = make_expert(env, integral_below=expert_integral_below)
             return record(
                 env,
                 expert,
@@ -247,37 +316,7 @@ def record_expert_demos(
     finally:
         env.close()
     writer = EpisodeWriter(root, plan.features, repo_id=repo_id, vcodec=vcodec, resume=resume, crf=crf)
-    have = writer.episodes
-    stop = have + episodes
-    results: list[bool] = []
     if episodes == 0:
-        return RecordingSummary(str(writer.root), have, 0, 0.0)
-
+        return RecordingSummary(str(writer.root), writer.episodes, 0, 0.0)
     spec = (env_id, env_kwargs, expert_integral_below)
-    job = (after_success_steps, plan.cameras, plan.estimate_key)
-    window = 2 * workers  # episodes in flight past the next one to write
-    bar = tqdm(
-        total=episodes,
-        desc=f"recording ({workers} {'Ray tasks' if backend == 'ray' else 'workers'})",
-        unit="ep",
-        disable=not progress,
-    )
-    pool = (_RayPool if backend == "ray" else _LocalPool)(spec, workers)
-    finished = False
-    try:
-        pending: dict[int, Any] = {}
-        submitted = have
-        for index in range(have, stop):
-            while submitted < stop and submitted - index < window:
-                pending[submitted] = pool.submit(spec, seed + submitted, *job)
-                submitted += 1
-            episode = pool.result(pending.pop(index))
-            write_episode(writer, episode, plan.row(episode, env_id))
-            results.append(episode.success)
-            bar.update()
-            bar.set_postfix(success=f"{sum(results) / len(results):.0%}")
-        finished = True
-    finally:
-        bar.close()
-        pool.close(finished)
-    return RecordingSummary(str(writer.root), stop, episodes, sum(results) / len(results))
+    return _record_in_workers(writer, plan, spec, episodes, seed, after_success_steps, workers, backend, progress)

@@ -1,4 +1,5 @@
-"""The object-pose entry of a policy's observation, ``obs["object_pose_estimate"]``.
+"""Wrappers that add the object-pose entry to a policy's observation, ``obs["object_pose_estimate"]``
+(its contract: :mod:`embodied_gym.perception.pose_entry`).
 
 - :class:`PoseEstimateWrapper` reads the camera frame that is already in the observation, runs the
   :class:`~embodied_gym.perception.modeling.PoseEstimator` on it and adds the estimate. It never
@@ -18,64 +19,15 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from embodied_gym.envs.real_env import AlohaRealEnv
 from embodied_gym.perception.modeling import PoseEstimator
-
-KEY = "object_pose_estimate"
-#: What a recording stores as the pose entry: the estimator's estimate, or the simulator's true poses
-#: in the estimator's layout (sim ids only).
-POSE_SOURCES = ("estimate", "ground_truth")
-#: When the pose entry is refreshed. ``every_frame``: at every camera frame. ``at_reset``: the poses
-#: of the reset frame, held for the whole episode (the objects' start poses, seen before any arm
-#: moves over them: on PickCup the estimate's error grows from 0.5 cm on the first frames to 1.7 cm
-#: while the gripper hangs over the cup, and row (c)'s policy goes from 46 % to 99 % on the stand-in,
-#: BENCHMARKS.md). For tasks whose policy needs an object's pose after the robot has moved it, keep
-#: ``every_frame``.
-POSE_UPDATES = ("every_frame", "at_reset")
-
-
-def check_pose_update(update: str) -> str:
-    if update not in POSE_UPDATES:
-        raise ValueError(f"pose_update must be one of {list(POSE_UPDATES)}, got {update!r}")
-    return update
-
-
-def estimator_source(folder: str | os.PathLike) -> dict:
-    """``{"path": <absolute folder>, "sha256": <hash of its weights file>}``: what a dataset and a
-    policy record about the estimator their observations came from, so evaluation can rebuild the
-    same observation (and notice when the folder now holds other weights).
-
-    Raises:
-        FileNotFoundError: ``folder`` has no weights file.
-    """
-    import hashlib
-
-    from embodied_gym.perception.configuration import WEIGHTS_NAME
-
-    weights = Path(folder) / WEIGHTS_NAME
-    if not weights.is_file():
-        raise FileNotFoundError(
-            f"no pose estimator at {folder}: {WEIGHTS_NAME} is missing (pass the folder "
-            f"save_pretrained() or `train_pose_estimator` wrote)"
-        )
-    h = hashlib.sha256()
-    with open(weights, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return {"path": str(Path(folder).resolve()), "sha256": h.hexdigest()}
-
-
-def true_pose_entry(config, poses: dict) -> np.ndarray:
-    """The true object ``poses`` (``info["object_poses"]``) in an estimator's layout: what ``config``'s
-    estimator is trained to output, clipped into its estimate's Box."""
-    row = np.stack([np.asarray(poses[o], dtype=np.float64) for o in config.objects])[None]
-    low, high = config.output_bounds()
-    return np.clip(config.targets(row)[0], low, high).astype(np.float32)
+from embodied_gym.perception.pose_entry import KEY, check_pose_update, estimator_source, true_pose_entry
+from embodied_gym.sim.timing import camera_period
 
 
 class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
@@ -88,7 +40,7 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         estimator: a :class:`PoseEstimator` or the folder it was saved in.
         key: the observation key of the estimate.
         device: torch device when ``estimator`` is a folder.
-        update: :data:`POSE_UPDATES`: ``"every_frame"`` (the default) estimates every observation's
+        update: :data:`~embodied_gym.perception.pose_entry.POSE_UPDATES`: ``"every_frame"`` (the default) estimates every observation's
             frame; ``"at_reset"`` estimates the reset frame only and holds it for the episode.
 
     The estimate is a ``Box`` of shape ``(estimator.config.output_dim,)`` float32 whose entries are
@@ -123,7 +75,7 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
         gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, device=device, update=update)
         gym.ObservationWrapper.__init__(self, env)
         self.update = check_pose_update(update)
-        self._held = None
+        self._held: np.ndarray | None = None
         self.source = None
         if not isinstance(estimator, PoseEstimator):
             folder = estimator
@@ -163,7 +115,7 @@ class PoseEstimateWrapper(gym.ObservationWrapper, gym.utils.RecordConstructorArg
 
     @property
     def source(self) -> dict | None:
-        """Where the estimator was loaded from (:func:`estimator_source`), plus ``"update"`` unless it is
+        """Where the estimator was loaded from (:func:`~embodied_gym.perception.pose_entry.estimator_source`), plus ``"update"`` unless it is
         ``every_frame``: what a recording names, so a policy trained on it is evaluated the same way.
         None for an in-memory model."""
         if self._estimator_source is None or self.update == "every_frame":
@@ -198,7 +150,7 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             named in the recording (:attr:`source`) so evaluation wraps the env with it. It is not
             run here, so the env needs no camera.
         key: the observation key.
-        update: :data:`POSE_UPDATES`, as :class:`PoseEstimateWrapper`'s (``"at_reset"``: the true start poses).
+        update: :data:`~embodied_gym.perception.pose_entry.POSE_UPDATES`, as :class:`PoseEstimateWrapper`'s (``"at_reset"``: the true start poses).
 
     The entry is what the estimator would be trained to output (``config.targets`` of the poses),
     clipped into the same Box as :class:`PoseEstimateWrapper`'s. It is read at the env's camera rate
@@ -216,9 +168,6 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         gym.utils.RecordConstructorArgs.__init__(self, estimator=estimator, key=key, update=update)
         gym.Wrapper.__init__(self, env)
         self.update = check_pose_update(update)
-        from embodied_gym.envs.real_env import AlohaRealEnv
-        from embodied_gym.envs.spaces import camera_period
-
         if isinstance(env.unwrapped, AlohaRealEnv):
             raise ValueError(
                 "GroundTruthPoseWrapper gives the simulator's true object poses, and a robot has none to "
@@ -243,11 +192,11 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._low, self._high = self.config.output_bounds()
         self.observation_space = spaces.Dict({**space.spaces, key: spaces.Box(self._low, self._high, dtype=np.float32)})
         self._period = camera_period(getattr(env.unwrapped, "camera_fps", None))
-        self._held = None
+        self._held: np.ndarray | None = None
 
     @property
     def source(self) -> dict | None:
-        """Where the estimator was loaded from (:func:`estimator_source`) plus ``"values": "ground_truth"``,
+        """Where the estimator was loaded from (:func:`~embodied_gym.perception.pose_entry.estimator_source`) plus ``"values": "ground_truth"``,
         what a recording names; None for an in-memory model."""
         if self._estimator_source is None:
             return None
@@ -274,12 +223,4 @@ class GroundTruthPoseWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self._with_pose(obs, info), reward, terminated, truncated, info
 
 
-__all__ = [
-    "KEY",
-    "POSE_SOURCES",
-    "POSE_UPDATES",
-    "GroundTruthPoseWrapper",
-    "PoseEstimateWrapper",
-    "estimator_source",
-    "true_pose_entry",
-]
+__all__ = ["GroundTruthPoseWrapper", "PoseEstimateWrapper"]

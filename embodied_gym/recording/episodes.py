@@ -10,7 +10,7 @@ the first success step, length, env id, control mode and start layout.
 
 Recording is two steps: :func:`rollout_episode` rolls one episode and returns its frames (nothing
 written), :func:`write_episode` adds it to the writer. :func:`record` does both in turn in this
-process; :func:`embodied_gym.data.parallel.record_expert_demos` rolls the scripted expert's episodes
+process; :func:`embodied_gym.recording.parallel.record_expert_demos` rolls the scripted expert's episodes
 in worker processes (or Ray tasks) and writes them here in seed order, so both give the same dataset.
 
 Recording goes on past success: an episode ends ``after_success_steps`` control steps after the
@@ -19,11 +19,11 @@ task is done (a cup lifted the rest of the way and held, a released pen left in 
 the approach; ``next.success`` marks every frame on which the task is in its success state.
 
 When the observation holds ``object_pose_estimate`` (the env is wrapped with
-:class:`~embodied_gym.perception.PoseEstimateWrapper`), the estimate is stored as
+:class:`~embodied_gym.wrappers.pose.PoseEstimateWrapper`), the estimate is stored as
 ``observation.environment_state`` (float32, named by the estimator's outputs), and the sidecar row
 names the estimator (folder, weights hash, camera, frame size) so a policy trained on the dataset
 can rebuild the same observation. A sim env wrapped with
-:class:`~embodied_gym.perception.wrapper.GroundTruthPoseWrapper` stores the simulator's true poses
+:class:`~embodied_gym.wrappers.pose.GroundTruthPoseWrapper` stores the simulator's true poses
 there instead, in the estimator's layout; its row names the estimator too, with
 ``"values": "ground_truth"``, and the policy runs on the estimator's estimate.
 """
@@ -34,16 +34,18 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gymnasium as gym
 import mujoco
 import numpy as np
+from tqdm import tqdm
 
 from embodied_gym.data import features as F
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS, dataset_features
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter, video_encoder
+from embodied_gym.envs.base import AlohaEnv, aloha_env
 from embodied_gym.sim import robot as layout
 
 __all__ = [
@@ -88,7 +90,8 @@ def _jsonable(poses: dict) -> dict:
 
 def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
     """(observation key, entry names, estimator description) of the env's pose estimate, or None."""
-    from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, PoseEstimateWrapper
+    from embodied_gym.perception.pose_entry import KEY  # the perception package loads torch
+    from embodied_gym.wrappers.pose import GroundTruthPoseWrapper, PoseEstimateWrapper
 
     space = getattr(env.observation_space, "spaces", {})
     e = env
@@ -98,7 +101,7 @@ def _pose_estimate(env: gym.Env) -> tuple[str, list[str], dict | None] | None:
             about = dict(
                 e.source or {},
                 camera=cfg.camera,
-                image_size=list(env.unwrapped.image_size),
+                image_size=list(aloha_env(env).image_size),
                 names=list(cfg.output_names),
             )
             return e.key, list(cfg.output_names), about
@@ -135,13 +138,13 @@ def rollout_episode(
     estimate_key: str | None = None,
 ) -> RolledEpisode:
     """Roll one episode of ``policy`` in ``env`` from ``env.reset(seed=seed)`` and return its frames;
-    nothing is written (:func:`record` and :func:`~embodied_gym.data.parallel.record_expert_demos`
+    nothing is written (:func:`record` and :func:`~embodied_gym.recording.parallel.record_expert_demos`
     write them). Same rules as :func:`record`: the episode ends ``after_success_steps`` steps after
     the first success, at the time limit, or when the env terminates otherwise (the env's own
     ``terminate_on_success`` is off for the call). ``cameras``: the frames stored per step;
     ``estimate_key``: the observation key stored as ``observation.environment_state`` (None: none).
     """
-    u = env.unwrapped
+    u = aloha_env(env)
     terminate_on_success = getattr(u, "terminate_on_success", None)
     if terminate_on_success is not None:
         u.terminate_on_success = False  # the episode ends here, after_success_steps after success
@@ -154,7 +157,7 @@ def rollout_episode(
         while not done:
             action = policy(obs, info)
             q = np.asarray(obs["joint_pos"], dtype=np.float32)
-            frame = {
+            frame: dict[str, np.ndarray | str] = {
                 F.STATE: q,
                 F.VELOCITY: np.asarray(obs["joint_vel"], dtype=np.float32),
                 F.EE_POSE: _ee_pose(u, info, q.astype(np.float64)),
@@ -213,7 +216,7 @@ class RecordingPlan:
 
     def row(self, episode: RolledEpisode, env_id: str | None) -> dict:
         """The episode's sidecar row (its ``episode_index`` is added by the writer)."""
-        extra = {"pose_estimator": self.estimate[2]} if self.estimate and self.estimate[2] else {}
+        extra: dict[str, object] = {"pose_estimator": self.estimate[2]} if self.estimate and self.estimate[2] else {}
         if self.camera_fps is not None:
             extra["camera_fps"] = self.camera_fps  # frames (and estimates) are held between camera frames
         return {
@@ -243,6 +246,8 @@ def plan_recording(
             "record() needs an env made with obs_type='pixels_state' (joint state and camera frames) "
             "or obs_type='state' (no video)"
         )
+    if not isinstance(u, AlohaEnv):
+        raise TypeError(f"record() needs an embodied-gym ALOHA env (AlohaEnv), got {type(u).__name__}")
     if after_success_steps < 0:
         raise ValueError(f"after_success_steps must be >= 0 (0 stops at the first success), got {after_success_steps}")
     rendered = tuple(u.cameras) if u.obs_type == "pixels_state" else ()
@@ -257,11 +262,11 @@ def plan_recording(
     estimate = _pose_estimate(env)
     # The camera rate matters where frames, or poses seen through the camera, are held between frames.
     fps = getattr(u, "camera_fps", None) if (rendered or estimate) else None
-    return RecordingPlan(tuple(cameras), tuple(u.image_size), estimate, fps)
+    return RecordingPlan(tuple(cameras), u.image_size, estimate, fps)
 
 
 @contextlib.contextmanager
-def _interrupt_after():
+def _interrupt_after() -> Iterator[None]:
     """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then raise
     ``KeyboardInterrupt``: LeRobot cannot drop an episode whose save was cut half-way. Only in the
     main thread, and only while SIGINT has Python's default handler."""
@@ -312,7 +317,7 @@ def record(
     cameras: tuple[str, ...] | None = None,
 ) -> RecordingSummary:
     """Record ``episodes`` episodes of ``policy(obs, info) -> action`` acting in ``env``, one after
-    another in this process (:func:`~embodied_gym.data.parallel.record_expert_demos` rolls the
+    another in this process (:func:`~embodied_gym.recording.parallel.record_expert_demos` rolls the
     scripted expert's episodes in worker processes and writes the same dataset).
 
     ``env`` must have ``obs_type="pixels_state"`` (joint state plus the cameras to record), or
@@ -334,13 +339,11 @@ def record(
     Raises:
         ValueError: an env with another ``obs_type``, or a negative ``after_success_steps``.
     """
-    from tqdm import tqdm
-
     plan = plan_recording(env, cameras, after_success_steps)
     writer = EpisodeWriter(root, plan.features, repo_id=repo_id, vcodec=vcodec, resume=resume, crf=crf)
     have = writer.episodes
     results = []
-    bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=not progress)
+    bar = tqdm(range(have, have + episodes), desc="recording", unit="ep", disable=None if progress else True)
     for index in bar:
         episode = rollout_episode(
             env,

@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from embodied_gym.configs import setting
+from embodied_gym.configs import require, setting
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.reader import is_dataset, read_info, read_sidecar
 from embodied_gym.data.writer import DEFAULT_CRF
+from embodied_gym.visaligner.render import reference_image, render_dataset
 
 
 @dataclass
@@ -53,12 +55,14 @@ class AlignedDemosConfig:
         metavar="N",
         help="processes that roll out the sim episodes (step 1; the dataset is the same "
         "for any number; default: the CPU count)",
+        cache_key=False,
     )
     backend: str = setting(
         "local",
         choices=("local", "ray"),
         help="where step 1's workers run: local processes, or Ray tasks on a local Ray "
         "instance (pip install 'embodied-gym[ray]')",
+        cache_key=False,
     )
 
 
@@ -78,17 +82,17 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         FileNotFoundError: the reference is neither an image nor a dataset.
     """
     import embodied_gym
-    from embodied_gym.data.parallel import record_expert_demos
-    from embodied_gym.visaligner.render import render_dataset
+    from embodied_gym.recording.parallel import record_expert_demos
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    env_id = embodied_gym.env_id(cfg.task)
-    reference = reference_image(cfg.reference, cfg.camera, out / "reference.png")
+    env_id = embodied_gym.env_id(require(cfg.task, "task"))
+    reference = reference_image(require(cfg.reference, "reference"), cfg.camera, out / "reference.png")
+    episodes = require(cfg.episodes, "episodes")
     sim_root, aligned_root = out / "sim", out / "aligned"
     done = _episodes(sim_root)
-    if done < cfg.episodes:
-        kwargs = dict(obs_type="pixels_state", cameras=(cfg.camera,), image_size=tuple(cfg.image_size))
+    if done < episodes:
+        kwargs: dict[str, Any] = dict(obs_type="pixels_state", cameras=(cfg.camera,), image_size=tuple(cfg.image_size))
         if cfg.physics is not None:
             kwargs["physics"] = cfg.physics
         if cfg.max_episode_steps:
@@ -98,7 +102,7 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
             env_id,
             kwargs,
             sim_root,
-            cfg.episodes - done,
+            episodes - done,
             seed=cfg.seed,
             workers=cfg.workers,
             backend=cfg.backend,
@@ -109,10 +113,10 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         )
     rendered = _episodes(aligned_root)
     render = {"episodes": rendered}
-    if rendered < cfg.episodes:
+    if rendered < episodes:
         render = render_dataset(
             sim_root,
-            cfg.model,
+            require(cfg.model, "model"),
             aligned_root,
             camera=cfg.camera,
             reference=str(reference),
@@ -132,31 +136,6 @@ def generate_aligned_demos(cfg: AlignedDemosConfig, out: str | os.PathLike, prog
         "sim_expert_success": _success_rate(sim_root),
         "render": render,
     }
-
-
-def reference_image(reference: str | os.PathLike, camera: str, png: Path) -> Path:
-    """``reference`` itself when it is an image file; for a recorded dataset, frame 0 of its episode 0
-    of ``camera``, written to ``png``.
-
-    Raises:
-        FileNotFoundError: ``reference`` is neither.
-    """
-    ref = Path(reference)
-    if ref.is_file():
-        return ref
-    if is_dataset(ref):
-        from PIL import Image
-
-        from embodied_gym.atomic import atomic_path
-        from embodied_gym.data.reader import open_dataset
-
-        with atomic_path(png) as tmp:
-            Image.fromarray(open_dataset(ref).frames(camera, 0)[0]).save(tmp, format="PNG")
-        return png
-    raise FileNotFoundError(
-        f"reference {reference}: neither an image file nor a recorded dataset; give a real "
-        f"camera frame (PNG/JPEG) or the dataset recorded on the robot"
-    )
 
 
 def _episodes(root: Path) -> int:
