@@ -70,7 +70,7 @@ def hidden(world: str) -> PhysicsParams:
 def record_dataset(root: str, episodes: int, world: str) -> None:
     import gymnasium as gym
 
-    from embodied_gym.data.recording import record
+    from embodied_gym.recording.episodes import record
 
     eid = embodied_gym.env_id("PickCup", real=True)
     env = gym.make(eid, obs_type="state", realtime=False, robot_config=world_config(world))
@@ -141,8 +141,6 @@ def run_row(world: str, row: str, args, dataset: str, held, free: list[str], tru
             "0",
             "--sa-steps",
             str(args.sa_steps),
-            "--workers",
-            "1",
         ]
         print("$", " ".join(cmd), flush=True)
         t = time.perf_counter()

@@ -1,4 +1,4 @@
-"""PhysAligner: parameter space, the three stages, the baselines, the calibrate CLI and its report."""
+"""PhysAligner: parameter space, the three stages, the trust region, the baselines, the calibrate CLI and its report."""
 
 import re
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 import embodied_gym
-from embodied_gym.data.recording import record
 from embodied_gym.data.replay import load_episodes
 from embodied_gym.physaligner import ParameterSpace
 from embodied_gym.physaligner.space import parameter_names
-from embodied_gym.physaligner.surrogate import Surrogate, SurrogateTrainConfig, train_surrogate
-from embodied_gym.physaligner.transitions import OneStepSimulator, episode_transitions, simulate_transitions
+from embodied_gym.physaligner.surrogate import SurrogateTrainConfig, train_on_rows
+from embodied_gym.physaligner.transitions import OneStepSimulator, episode_transitions, simulate_dense
+from embodied_gym.recording import record
 
 RIGHT_KP = [n for n in parameter_names() if n.startswith("kp.right")]
 
@@ -74,31 +74,27 @@ def test_one_step_simulator_reproduces_a_sim_recording(episodes):
     assert np.abs(pred[:, :14] - s_next[:, :14]).max() < 1e-3
 
 
-def test_transitions_depend_on_theta_and_are_cached(episodes, tmp_path):
+def test_dense_transitions_depend_on_theta_and_the_surrogate_learns_them(episodes):
     space = ParameterSpace(frozen=only(RIGHT_KP))
-    t = simulate_transitions(episodes, "PickCup", space, 4, workers=1, cache_dir=tmp_path, progress=False)
-    assert t.next_state.shape == (4, len(t.state), 28)
-    assert np.abs(t.next_state[0] - t.next_state[1]).max() > 1e-4
-    assert len(list(tmp_path.glob("transitions-*.npz"))) == 1
-    again = simulate_transitions(episodes, "PickCup", space, 4, workers=1, cache_dir=tmp_path, progress=False)
-    np.testing.assert_array_equal(again.next_state, t.next_state)
-
-
-def test_surrogate_learns_and_round_trips(episodes, tmp_path):
-    space = ParameterSpace(frozen=only(RIGHT_KP))
-    t = simulate_transitions(episodes, "PickCup", space, 8, workers=1, progress=False)
-    model, log = train_surrogate(t, train=SurrogateTrainConfig(epochs=8, batch_size=256), progress=False)
+    sim = OneStepSimulator("PickCup", space)
+    s, a, _, ep = episode_transitions(episodes)
+    rows = np.arange(len(s))
+    layouts = {e.index: e.layout for e in episodes}
+    low, _ = simulate_dense(sim, np.full(space.dim, 0.1), s, a, ep, rows, layouts)
+    high, _ = simulate_dense(sim, np.full(space.dim, 0.9), s, a, ep, rows, layouts)
+    assert np.abs(low - high).max() > 1e-4
+    rep = np.repeat(rows, 8)  # eight θ per transition, in episode order
+    theta = np.random.default_rng(0).uniform(0, 1, (len(rep), space.dim))
+    next_state, applied = simulate_dense(sim, theta, s, a, ep, rep, layouts)
+    train = SurrogateTrainConfig(epochs=8, batch_size=256)
+    model, log = train_on_rows(theta, s[rep], applied, next_state, train=train, groups=rep)
     assert log["train_mse"][-1] < 0.5 * log["train_mse"][0]
-    model.save_pretrained(tmp_path / "sur")
-    loaded = Surrogate.from_pretrained(tmp_path / "sur")
-    theta = torch.rand(3, space.dim)
-    s = torch.as_tensor(t.state[:3], dtype=torch.float32)
-    a = torch.as_tensor(t.action[:3], dtype=torch.float32)
-    assert torch.equal(model(theta, s, a), loaded(theta, s, a))
     # θ is differentiable through the surrogate (what stage 3 needs).
-    theta.requires_grad_(True)
-    loaded(theta, s, a).sum().backward()
-    assert theta.grad is not None and torch.isfinite(theta.grad).all()
+    th = torch.as_tensor(theta[:3], dtype=torch.float32).requires_grad_(True)
+    model(
+        th, torch.as_tensor(s[:3], dtype=torch.float32), torch.as_tensor(applied[:3], dtype=torch.float32)
+    ).sum().backward()
+    assert th.grad is not None and torch.isfinite(th.grad).all()
 
 
 def test_differentiable_fk_matches_mujoco():
@@ -122,31 +118,6 @@ def test_differentiable_fk_matches_mujoco():
         pos, rot = fk(torch.tensor(q))
         np.testing.assert_allclose(pos.numpy(), data.site_xpos[idx.tcp_sites], atol=1e-9)
         np.testing.assert_allclose(rot.numpy(), data.site_xmat[idx.tcp_sites].reshape(2, 3, 3), atol=1e-9)
-
-
-def test_refinement_recovers_known_parameters(tmp_path):
-    """Sim-generated data (no unmodelled effects), two free gains, true values far from nominal."""
-    from embodied_gym.physaligner.fk import ArmFK
-    from embodied_gym.physaligner.refine import RefineConfig, refine
-
-    free = ["kp.right_shoulder", "kp.right_elbow"]
-    space = ParameterSpace(frozen=only(free))
-    nominal = space.values_of(space.base)
-    truth = nominal * np.array([1.6, 0.6])
-    env = gym.make(
-        "EmbodieDreamer-PickCup-v0", obs_type="state", physics=space.to_physics(truth), max_episode_steps=100
-    )
-    record(env, embodied_gym.make_expert(env), tmp_path / "d", 3, seed=10, progress=False)
-    env.close()
-    eps = load_episodes(tmp_path / "d")
-    t = simulate_transitions(eps, "PickCup", space, 32, workers=1, progress=False)
-    model, _ = train_surrogate(t, train=SurrogateTrainConfig(epochs=40, batch_size=512), progress=False)
-    s, a, s_next, _ = episode_transitions(eps)
-    sim = OneStepSimulator("PickCup", space)
-    found = refine(model, ArmFK(sim.model, sim.idx), space, s, a, s_next, RefineConfig(restarts=3, steps=300)).values
-    rel = np.abs(found - truth) / truth
-    assert (rel < 0.2).all(), (found, truth)
-    assert (np.abs(found - truth) < np.abs(nominal - truth)).all()
 
 
 @pytest.fixture(scope="module")
@@ -226,18 +197,12 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, shifted_datase
         "--free",
         "kp.right_shoulder",
         "kp.right_elbow",
-        "--samples",
-        "8",
         "--epochs",
         "3",
         "--sa-steps",
         "4",
         "--budget",
         "3",
-        "--workers",
-        "1",
-        "--restarts",
-        "2",
         "--refine-steps",
         "20",
         "--sysid-iterations",
@@ -261,14 +226,48 @@ def test_calibrate_cli_end_to_end_and_result_loads(shifted_gains, shifted_datase
         assert main(args) == 0
 
 
-def test_stage1_on_ray_matches_processes(episodes, tmp_path):
-    pytest.importorskip("ray")
-    space = ParameterSpace(frozen=only(["kp.right_elbow"]))
-    local = simulate_transitions(episodes[:1], "PickCup", space, 2, workers=1, progress=False)
-    on_ray = simulate_transitions(episodes[:1], "PickCup", space, 2, workers=1, progress=False, backend="ray")
-    np.testing.assert_allclose(on_ray.next_state, local.next_state)
-    with pytest.raises(ValueError, match="backend"):
-        simulate_transitions(episodes[:1], "PickCup", space, 2, backend="dask")
+@pytest.mark.parametrize("setting", ["samples", "restarts", "horizon", "workers", "backend", "ray_address"])
+def test_removed_calibration_settings_are_named_as_unknown(setting, tmp_path, capsys):
+    """The classic stage-1 settings the trust region never read are gone; naming one is a clear error."""
+    import yaml
+
+    from embodied_gym.cli import main
+
+    flag = "--" + setting.replace("_", "-")
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--dataset", "D", "--out", str(tmp_path / "r.json"), flag, "1"])
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({setting: 1}))
+    args = [
+        "calibrate",
+        "--dataset",
+        "D",
+        "--task",
+        "PickCup",
+        "--out",
+        str(tmp_path / "r.json"),
+        "--config",
+        str(config),
+    ]
+    assert main(args) == 2
+    assert f"unknown setting {setting!r}" in capsys.readouterr().err
+
+
+def test_demo_profiles_name_only_calibration_settings_that_exist():
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    from embodied_gym.demo.configuration import CalibrateStageConfig
+
+    known = {f.name for f in dataclasses.fields(CalibrateStageConfig)}
+    profiles = sorted((Path(embodied_gym.__file__).parent / "demo" / "profiles").glob("*.yaml"))
+    assert profiles
+    for path in profiles:
+        calibrate = (yaml.safe_load(path.read_text()) or {}).get("calibrate") or {}
+        assert set(calibrate) <= known, (path.name, set(calibrate) - known)
 
 
 def test_unconstrained_parameters_are_named():
@@ -317,16 +316,6 @@ def test_calibrate_bad_datasets_name_the_episode(tmp_path, kind, match, capsys):
     assert last.startswith("embodied-gym calibrate: error: ") and re.search(match, last)
 
 
-def test_refinement_windows_stay_inside_episodes():
-    from embodied_gym.physaligner.refine import windows
-
-    episode = np.array([0] * 5 + [1] * 3)
-    w = windows(episode, 3)
-    assert w.tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [5, 6, 7]]
-    assert (episode[w] == episode[w[:, :1]]).all()
-    assert len(windows(episode, 6)) == 0
-
-
 # ------------------------------------------------------------------ latency, backlash, the guard, the trust region
 DELAYED_FREE = ["kp.right_shoulder", "kp.right_elbow", "backlash.right_elbow"]
 
@@ -349,9 +338,12 @@ def delayed(tmp_path_factory):
 def test_one_step_simulator_applies_the_action_history_through_the_effects(delayed):
     """At the true physics (delay and backlash included) the one-step simulator reproduces the recording
     far better with the applied targets than with the raw commands."""
-    space, truth, root = delayed
     import dataclasses
 
+    from embodied_gym.physaligner.transitions import applied_actions
+    from embodied_gym.sim.core import effects_from_physics
+
+    space, truth, root = delayed
     eps = load_episodes(root)
     sim = OneStepSimulator("PickCup", space.with_base(dataclasses.replace(space.base, latency_steps=1)))
     s, a, s_next, ep = episode_transitions(eps)
@@ -368,7 +360,8 @@ def test_one_step_simulator_applies_the_action_history_through_the_effects(delay
             out.append(sim.step(s[i], actions[i]))
         return np.abs(np.array(out)[:, 14:] - s_next[:, 14:]).mean()
 
-    through_effects, raw = error(sim.applied(u, s, a, ep)), error(a)
+    eff = effects_from_physics(sim.physics_of(u))
+    through_effects, raw = error(applied_actions(s, a, ep, eff.latency_steps, eff.backlash)), error(a)
     assert through_effects < 0.2 * raw, (through_effects, raw)
 
 

@@ -57,7 +57,7 @@ def simulated_annealing(
     best, fbest = x.copy(), fx
     history = [(1, time.perf_counter() - t0, fbest)]
     snapshots = [(history[0][1], best.tolist())]
-    for k in tqdm(range(steps), desc="simulated annealing", disable=not progress):
+    for k in tqdm(range(steps), desc="simulated annealing", disable=None if progress else True):
         if budget_s is not None and time.perf_counter() - t0 > budget_s:
             break
         temp = temperature * (1 - k / steps)
@@ -92,7 +92,7 @@ def cma_es(
     )
     history, snapshots, n = [], [], 0
     best, fbest = np.asarray(start, dtype=np.float64), math.inf
-    bar = tqdm(total=max_evaluations, desc="CMA-ES", unit="eval", disable=not progress)
+    bar = tqdm(total=max_evaluations, desc="CMA-ES", unit="eval", disable=None if progress else True)
     while not es.stop():
         if budget_s is not None and time.perf_counter() - t0 > budget_s:
             break
@@ -135,14 +135,15 @@ def mujoco_sysid(
 
     t0 = time.perf_counter()
     params = sysid.ParameterDict({n: sysid.Parameter(n, float(x), 0.0, 1.0) for n, x in zip(names, start)})
-    best = {"theta": np.clip(np.asarray(start, dtype=np.float64), 0.0, 1.0), "value": math.inf}
+    best_theta = np.clip(np.asarray(start, dtype=np.float64), 0.0, 1.0)
+    best_value = math.inf
     history: list[tuple[int, float, float]] = []
     snapshots: list[tuple[float, list[float]]] = []
     n = 0
-    bar = tqdm(desc="mujoco.sysid (residual evaluations)", disable=not progress, unit="eval")
+    bar = tqdm(desc="mujoco.sysid (residual evaluations)", disable=None if progress else True, unit="eval")
 
     def residual_fn(x, _params):
-        nonlocal n
+        nonlocal n, best_theta, best_value
         cols = np.asarray(x, dtype=np.float64).reshape(len(names), -1)
         out = []
         for k in range(cols.shape[1]):
@@ -152,10 +153,10 @@ def mujoco_sysid(
             n += 1
             bar.update(1)
             value = float(r @ r)
-            if value < best["value"]:
-                best.update(theta=cols[:, k].copy(), value=value)
-                snapshots.append((time.perf_counter() - t0, best["theta"].tolist()))
-            history.append((n, time.perf_counter() - t0, best["value"]))
+            if value < best_value:
+                best_theta, best_value = cols[:, k].copy(), value
+                snapshots.append((time.perf_counter() - t0, best_theta.tolist()))
+            history.append((n, time.perf_counter() - t0, best_value))
             out.append(r)
         return [np.stack(out, axis=1)], None, None
 
@@ -177,5 +178,5 @@ def mujoco_sysid(
     finally:
         bar.close()
     return SearchResult(
-        best["theta"], best["value"], n, time.perf_counter() - t0, history, snapshots=snapshots, jacobian=jacobian
+        best_theta, best_value, n, time.perf_counter() - t0, history, snapshots=snapshots, jacobian=jacobian
     )

@@ -24,8 +24,8 @@ iteration, so a killed run resumes there.
 Methods: ``physaligner`` (the paper's three stages, arXiv 2507.05198 Sec. 3.2, as trust-region
 iterations checked by the real simulator: :func:`.refine.trust_region`), ``sysid``
 (``mujoco.sysid``'s Gauss-Newton), ``cmaes`` and ``sa`` (SimplerEnv's simulated annealing).
-``RECOMMENDED`` is the method the calibration benchmark (``benchmarks/calibration.py``) found best
-on the two stand-in worlds.
+``RECOMMENDED`` is the method with the lowest held-out error within the same budget in the
+calibration benchmark (``benchmarks/calibration.py``; BENCHMARKS.md, Calibration section).
 """
 
 from __future__ import annotations
@@ -73,11 +73,9 @@ class CalibrationConfig:
         flag="--latency",
         help="actuation delays profiled (control steps); none keeps the base physics' delay",
     )
-    samples: int = setting(64, help="classic stage 1 (simulate_transitions): θ samples")
     surrogate_epochs: int = setting(
         40, aliases=("--epochs",), help="physaligner stage 2: epochs per trust-region iteration"
     )
-    restarts: int = setting(4, help="classic refine() only (unused by the trust-region PhysAligner)")
     refine_steps: int = setting(150, help="physaligner stage 3: Adam steps per trust-region iteration")
     tr_radius: float = setting(
         0.2, help="physaligner: initial trust-region half-width (normalised; about ±30 % of a 0.5x-2x box)"
@@ -88,20 +86,12 @@ class CalibrationConfig:
     sa_steps: int = setting(2000, help="sa: annealing steps (SimplerEnv: 2000)")
     cmaes_evaluations: int = setting(2000, help="cmaes: objective evaluations")
     sysid_iterations: int = setting(20, help="sysid: Gauss-Newton iterations")
-    horizon: int = setting(1, help="classic refine() only (not the trust region): surrogate unroll length")
     budget_s: float | None = setting(
         None, flag="--budget", help="wall-time budget of the search, seconds (every method)"
     )
-    workers: int | None = setting(None, help="stage-1 processes (default: all CPUs)")
-    # Small tensors gain nothing from more threads, and oversubscribed cores (other jobs, stage-1
-    # workers) slow multi-threaded torch down by an order of magnitude.
+    # Small tensors gain nothing from more threads, and multi-threaded torch slows down badly on cores
+    # that other jobs share (BENCHMARKS.md, Calibration section).
     torch_threads: int | None = setting(1, help="physaligner stages 2-3: torch threads")
-    backend: str = setting(
-        "processes",
-        choices=("processes", "ray"),
-        help="physaligner stage 1: local processes, or Ray (pip install 'embodied-gym[ray]')",
-    )
-    ray_address: str | None = setting(None, help="Ray cluster address for --backend ray (default: a local Ray)")
     seed: int = setting(0, help="seed of the split and every method")
 
 
@@ -272,7 +262,7 @@ def profile_latency(
         int(L): one_step_loss(sim, fk, episodes, theta, physics=with_latency(space, L).to_physics(values))
         for L in candidates
     }
-    return min(scores, key=scores.get), scores
+    return min(scores, key=scores.__getitem__), scores
 
 
 def calibrate(
@@ -291,10 +281,6 @@ def calibrate(
     (or ``config.test_dataset``), which the method never saw, so it is never worse than the start
     there. ``space`` None: :func:`~embodied_gym.physaligner.space.default_free` of the fit episodes.
     """
-    import embodied_gym
-    from embodied_gym.physaligner.objective import ReplayObjective, score
-    from embodied_gym.physaligner.space import default_free, parameter_names
-
     cfg = config or CalibrationConfig()
     if cfg.method not in METHODS:
         raise ValueError(f"unknown method {cfg.method!r}; valid: {list(METHODS)}")
@@ -306,20 +292,46 @@ def calibrate(
         fit, held = episodes, load_episodes(cfg.test_dataset)
     else:
         fit, held = split_episodes(episodes, cfg.held_out, cfg.seed)
-    if space is None:
-        free = default_free(fit)
-        if not free:
-            raise ValueError(
-                f"no arm joint moves by {0.05} rad or more in the fit episodes of {dataset}; "
-                f"nothing to calibrate from (pass a space with the parameters to fit)"
-            )
-        space = ParameterSpace(frozen=[n for n in parameter_names() if n not in free])
-    start_space = space
-    start = space.normalise(space.values_of(space.base))
-    start_physics = space.base
+    start_space = space if space is not None else _default_space(fit, dataset)
+    fitted = _fit(fit, task, start_space, cfg, work, progress)
+    guard = _acceptance_guard(held, task, start_space, fitted, judged_on_test_dataset=bool(cfg.test_dataset))
+    result_json = _result_json(dataset, task, episodes, fit, held, start_space, cfg, fitted, guard)
+    write_json(out, result_json)
+    if report:
+        from embodied_gym.physaligner.report import write_report
 
+        write_report(result_json, out, held)
+    return result_json
+
+
+def _default_space(fit: list[Episode], dataset) -> ParameterSpace:
+    """The default free set (:func:`~embodied_gym.physaligner.space.default_free`) of the fit episodes."""
+    from embodied_gym.physaligner.space import default_free, parameter_names
+
+    free = default_free(fit)
+    if not free:
+        raise ValueError(
+            f"no arm joint moves by {0.05} rad or more in the fit episodes of {dataset}; "
+            f"nothing to calibrate from (pass a space with the parameters to fit)"
+        )
+    return ParameterSpace(frozen=[n for n in parameter_names() if n not in free])
+
+
+@dataclass
+class _Fitted:
+    """Steps 1-3 of a calibration: the delay profile and the method's result at that delay."""
+
+    space: ParameterSpace  # the start space at the profiled delay
+    res: MethodOutput
+    latency_scores: dict | None
+    times: dict[str, float]
+
+
+def _fit(fit, task: str, space: ParameterSpace, cfg: CalibrationConfig, work: Path, progress: bool) -> _Fitted:
+    """Profile the delay, run the method at it, and record the neighbouring delays' loss at its result."""
+    start = space.normalise(space.values_of(space.base))
     times = {}
-    latency_scores = None
+    latency_scores: dict | None = None
     if cfg.latency_candidates:
         t = time.perf_counter()
         latency, latency_scores = profile_latency(fit, task, space, start, cfg.latency_candidates)
@@ -337,7 +349,6 @@ def calibrate(
     else:
         res = _run_search(fit, task, space, start, cfg, progress)
     times.update(res.times)
-    method_values = space.denormalise(res.theta)
     if cfg.latency_candidates and len(cfg.latency_candidates) > 1:
         # For the record only: the neighbouring delays' one-step loss at the method's result. The result is
         # not switched to another delay without a refit: a result fitted by open-loop replay compensates its
@@ -350,38 +361,77 @@ def calibrate(
             "at_result": profile_latency(fit, task, space, res.theta, near)[1],
         }
         times["latency_check_s"] = time.perf_counter() - t
-    t_total = sum(times.values())
-    method_physics = space.to_physics(method_values)
+    return _Fitted(space, res, latency_scores, times)
 
-    # The acceptance guard: judged by the real simulator on episodes the method did not fit.
+
+@dataclass
+class _Guard:
+    """The acceptance guard's verdict on the held-out episodes."""
+
+    improved: bool
+    before: dict  # held-out errors at the starting physics
+    found: dict  # held-out errors at the method's result
+    message: str
+    seconds: float
+
+
+def _acceptance_guard(
+    held, task: str, start_space: ParameterSpace, fitted: _Fitted, judged_on_test_dataset: bool
+) -> _Guard:
+    """Replay the held-out episodes (which the method did not fit) in the real simulator under the
+    starting physics and under the method's result."""
+    from embodied_gym.physaligner.objective import ReplayObjective, score
+
     t = time.perf_counter()
     evaluate = ReplayObjective(held, task, start_space)
-    before = evaluate.errors_of(start_physics)
-    found = evaluate.errors_of(method_physics)
+    before = evaluate.errors_of(start_space.base)
+    found = evaluate.errors_of(fitted.space.to_physics(fitted.space.denormalise(fitted.res.theta)))
     evaluate.close()
     improved = score(found) < score(before)
-    physics, after = (method_physics, found) if improved else (start_physics, before)
-    values = method_values if improved else start_space.values_of(start_physics)
-    evaluation_s = time.perf_counter() - t
     n_held = len(held)
-    message = (
-        (
+    if improved:
+        message = (
             f"calibration improved the held-out open-loop replay error on {n_held} episode(s) the method did "
             f"not fit: {score(before):.5f} -> {score(found):.5f} (TCP translation m + rotation rad)"
         )
-        if improved
-        else (
+    else:
+        message = (
             f"calibration found nothing better than the starting physics: on {n_held} held-out episode(s) the "
             f"method's result scored {score(found):.5f} vs {score(before):.5f} at the start (TCP translation m + "
             f"rotation rad), so the result keeps the starting physics"
         )
-    )
-    std = None
-    if res.std_u is not None and improved:  # normalised spread -> physical units through the local slope of the scaling
-        slope = space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1))
-        step = np.clip(res.theta + 1e-4, 0, 1) - np.clip(res.theta - 1e-4, 0, 1)
-        std = dict(zip(space.names, (np.abs(slope / step) * res.std_u).tolist()))
-    result_json = {
+    return _Guard(bool(improved), before, found, message, time.perf_counter() - t)
+
+
+def _uncertainty(space: ParameterSpace, res: MethodOutput) -> dict | None:
+    """The method's normalised spread in physical units, through the local slope of the scaling."""
+    if res.std_u is None:
+        return None
+    slope = space.denormalise(np.clip(res.theta + 1e-4, 0, 1)) - space.denormalise(np.clip(res.theta - 1e-4, 0, 1))
+    step = np.clip(res.theta + 1e-4, 0, 1) - np.clip(res.theta - 1e-4, 0, 1)
+    return dict(zip(space.names, (np.abs(slope / step) * res.std_u).tolist()))
+
+
+_UNCERTAINTY_KIND = {
+    "physaligner": None,
+    "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
+    "cmaes": "CMA-ES final standard deviations",
+    "sa": None,
+}
+
+
+def _result_json(dataset, task, episodes, fit, held, start_space, cfg, fitted: _Fitted, guard: _Guard) -> dict:
+    """The result file's content (see the module docstring): the guard's choice and everything behind it."""
+    import embodied_gym
+    from embodied_gym.physaligner.objective import score
+
+    space, res = fitted.space, fitted.res
+    method_values = space.denormalise(res.theta)
+    method_physics = space.to_physics(method_values)
+    start_physics = start_space.base
+    physics = method_physics if guard.improved else start_physics
+    values = method_values if guard.improved else start_space.values_of(start_physics)
+    return {
         "values": physics.to_dict(),
         "calibrated": dict(zip(space.names, np.asarray(values).tolist())),
         "nominal": dict(zip(space.names, start_space.values_of(start_physics).tolist())),
@@ -389,18 +439,18 @@ def calibrate(
             "calibrated": physics.latency_steps,
             "start": start_physics.latency_steps,
             "method_result": method_physics.latency_steps,
-            "profile": latency_scores,
+            "profile": fitted.latency_scores,
             "candidates": list(cfg.latency_candidates),
         },
         "acceptance": {
-            "improved": bool(improved),
-            "message": message,
-            "held_out_episodes": n_held,
-            "score_start": score(before),
-            "score_method_result": score(found),
+            "improved": guard.improved,
+            "message": guard.message,
+            "held_out_episodes": len(held),
+            "score_start": score(guard.before),
+            "score_method_result": score(guard.found),
             "judged_on": "test_dataset" if cfg.test_dataset else "held-out share of the dataset",
         },
-        "method_result": {"values": method_physics.to_dict(), "held_out_errors": found},
+        "method_result": {"values": method_physics.to_dict(), "held_out_errors": guard.found},
         "bounds": {p.name: [p.low, p.high] for p in space.params},
         "frozen": list(space.frozen),
         "method": cfg.method,
@@ -413,24 +463,13 @@ def calibrate(
             "held_out_episodes": [e.index for e in held],
             **({"test_dataset": str(Path(cfg.test_dataset).resolve())} if cfg.test_dataset else {}),
         },
-        "held_out_errors": {"before": before, "after": after},
-        "wall_time_s": dict(times, total=t_total, held_out_evaluation=evaluation_s),
-        "uncertainty": std,
-        "uncertainty_kind": {
-            "physaligner": None,
-            "sysid": "Gauss-Newton standard error, sqrt(diag((JᵀJ)⁻¹)·σ²)",
-            "cmaes": "CMA-ES final standard deviations",
-            "sa": None,
-        }[cfg.method],
+        "held_out_errors": {"before": guard.before, "after": guard.found if guard.improved else guard.before},
+        "wall_time_s": dict(fitted.times, total=sum(fitted.times.values()), held_out_evaluation=guard.seconds),
+        "uncertainty": _uncertainty(space, res) if guard.improved else None,
+        "uncertainty_kind": _UNCERTAINTY_KIND[cfg.method],
         "unconstrained": unconstrained(space.names, res.curvature, res.loss),
         "search_history": [list(h) for h in res.history],
         "snapshots": [[t_, list(map(float, th))] for t_, th in res.snapshots],
         "logs": res.logs,
         "package_version": embodied_gym.__version__,
     }
-    write_json(out, result_json)
-    if report:
-        from embodied_gym.physaligner.report import write_report
-
-        write_report(result_json, out, held)
-    return result_json

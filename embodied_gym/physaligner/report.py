@@ -2,8 +2,9 @@
 
 - ``<stem>.paths.png``: TCP paths of held-out episodes, recorded vs replayed under nominal and under
   calibrated physics (top and side views).
-- ``<stem>.loss.png``: the method's loss curves (PhysAligner: surrogate train/validation MSE per epoch
-  and the refinement loss of every restart; search methods: best fit loss per evaluation).
+- ``<stem>.loss.png``: the method's loss curves (PhysAligner: the surrogate's validation MSE and the
+  real loss per trust-region iteration, accepted and rejected steps; search methods: best fit loss
+  per evaluation).
 - ``<stem>.error_vs_time.png``: fit loss against wall time (search methods), with the held-out
   open-loop error before and after.
 """
@@ -158,8 +159,6 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
     plot_error_vs_time(result, time_png)
 
     b, a = result["held_out_errors"]["before"], result["held_out_errors"]["after"]
-    unc = result.get("uncertainty") or {}
-    free = [n for n in result["calibrated"]]
     lines = [
         f"# Calibration report: {result['method']} on {result['task']}",
         "",
@@ -189,6 +188,24 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         "|---|---|",
         *[f"| {k} | {v:.1f} |" for k, v in result["wall_time_s"].items()],
         "",
+        *_parameter_lines(result),
+        "",
+        f"![TCP paths]({paths_png.name})",
+        "",
+        f"![losses]({loss_png.name})",
+        "",
+        f"![error vs wall time]({time_png.name})",
+        "",
+    ]
+    md = Path(f"{stem}.report.md")
+    write_text(md, "\n".join(lines))
+    return md
+
+
+def _parameter_lines(result: dict) -> list[str]:
+    """The report's parameter table and what it says about the parameters the data does not constrain."""
+    unc = result.get("uncertainty") or {}
+    lines = [
         "## Parameters",
         "",
         f"Uncertainty: {result.get('uncertainty_kind') or 'not available for this method'}.",
@@ -196,7 +213,7 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         "| parameter | nominal | calibrated | low | high | ± |",
         "|---|---|---|---|---|---|",
     ]
-    for n in free:
+    for n in result["calibrated"]:
         lo, hi = result["bounds"][n]
         pm = f"{unc[n]:.4g}" if n in unc else "–"
         lines.append(
@@ -217,15 +234,4 @@ def write_report(result: dict, out: str | os.PathLike, held: list[Episode], epis
         )
     else:
         lines.append("Every free parameter is constrained by the data (10 % of its range moves the loss by ≥ 1 %).")
-    lines += [
-        "",
-        f"![TCP paths]({paths_png.name})",
-        "",
-        f"![losses]({loss_png.name})",
-        "",
-        f"![error vs wall time]({time_png.name})",
-        "",
-    ]
-    md = Path(f"{stem}.report.md")
-    write_text(md, "\n".join(lines))
-    return md
+    return lines

@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class ParameterSpace:
     def __init__(
         self,
         base: PhysicsParams | None = None,
-        bounds: dict[str, Sequence[float]] | None = None,
+        bounds: Mapping[str, Sequence[float]] | None = None,
         frozen: Iterable[str] = (),
     ):
         self.base = base or PhysicsParams()
@@ -181,14 +182,15 @@ class ParameterSpace:
     def to_physics(self, values: np.ndarray) -> PhysicsParams:
         """The base parameters with the free ones set to ``values`` (physical units)."""
         per_joint = {f: list(getattr(self.base, f)) for f in PER_JOINT_FIELDS}
-        scalars = {}
+        scalars: dict[str, Any] = {}
         for p, v in zip(self.params, np.asarray(values, dtype=np.float64)):
             field, _, joint = p.name.partition(".")
             if joint:
                 per_joint[field][ARM_JOINT_NAMES.index(joint)] = float(v)
             else:
                 scalars[field] = float(v)
-        return dataclasses.replace(self.base, **{f: tuple(v) for f, v in per_joint.items()}, **scalars)
+        joints: dict[str, Any] = {f: tuple(v) for f, v in per_joint.items()}
+        return dataclasses.replace(self.base, **joints, **scalars)
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
         """``n`` points of a scrambled Sobol sequence on [0, 1]^dim (normalised)."""

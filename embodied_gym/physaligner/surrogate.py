@@ -3,24 +3,20 @@
 An MLP with three hidden layers and SiLU activations (smooth, so gradients with respect to θ
 are well behaved in stage 3). Inputs are standardised (the parameters and states span very
 different ranges) and it predicts the standardised state change s_t − s_{t-1}; loss is MSE.
-Saved as ``surrogate.safetensors`` (weights and normalisation statistics) plus
-``surrogate.json`` (its typed config).
+:func:`train_on_rows` fits one on dense stage-1 rows (one θ per row), as every iteration of
+PhysAligner's trust region does (:func:`.refine.trust_region`).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
-import os
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from embodied_gym.atomic import atomic_path
-from embodied_gym.physaligner.transitions import STATE_DIM, Transitions
+from embodied_gym.physaligner.transitions import STATE_DIM
 
 
 @dataclass
@@ -45,6 +41,12 @@ class SurrogateTrainConfig:
 class Surrogate(nn.Module):
     """g(θ_normalised, s, a) -> predicted next state (physical units)."""
 
+    # buffers (register_buffer): the input and output standardisation
+    in_mean: torch.Tensor
+    in_std: torch.Tensor
+    out_mean: torch.Tensor
+    out_std: torch.Tensor
+
     def __init__(self, config: SurrogateConfig):
         super().__init__()
         self.config = config
@@ -65,60 +67,6 @@ class Surrogate(nn.Module):
         x = torch.cat([theta, state, action], dim=-1)
         delta = self.net((x - self.in_mean) / self.in_std) * self.out_std + self.out_mean
         return state + delta
-
-    # ------------------------------------------------------------------ persistence
-    def save_pretrained(self, folder: str | os.PathLike) -> None:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        with atomic_path(folder / "surrogate.safetensors") as tmp:
-            save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(tmp))
-        (folder / "surrogate.json").write_text(json.dumps(asdict(self.config), indent=2))
-
-    @classmethod
-    def from_pretrained(cls, folder: str | os.PathLike) -> Surrogate:
-        from safetensors.torch import load_file
-
-        folder = Path(folder)
-        if not (folder / "surrogate.json").exists():
-            raise FileNotFoundError(f"{folder} holds no surrogate (surrogate.json missing)")
-        model = cls(SurrogateConfig(**json.loads((folder / "surrogate.json").read_text())))
-        model.load_state_dict(load_file(str(folder / "surrogate.safetensors")))
-        return model
-
-
-def _flatten(t: Transitions) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(θ, s, a, s_next) rows, one per (θ, transition) pair."""
-    k, n = t.next_state.shape[:2]
-    theta = np.repeat(t.theta, n, axis=0)
-    state = np.tile(t.state, (k, 1))
-    action = np.tile(t.action, (k, 1))
-    return theta, state, action, t.next_state.reshape(k * n, -1)
-
-
-def train_surrogate(
-    t: Transitions,
-    config: SurrogateConfig | None = None,
-    train: SurrogateTrainConfig | None = None,
-    progress: bool = True,
-) -> tuple[Surrogate, dict]:
-    """Fit a surrogate on stage-1 transitions; returns it and a log with train/validation MSE
-    (standardised units) per epoch. Validation holds out whole transitions (all θ of them)."""
-    train = train or SurrogateTrainConfig()
-    config = config or SurrogateConfig(theta_dim=t.theta.shape[1])
-    torch.manual_seed(train.seed)
-    rng = np.random.default_rng(train.seed)
-    n = len(t.state)
-    held = np.zeros(n, dtype=bool)
-    held[rng.permutation(n)[: max(1, int(round(train.val_fraction * n)))]] = True
-
-    def rows(mask):
-        sub = Transitions(t.theta, t.state[mask], t.action[mask], t.next_state[:, mask], t.episode[mask])
-        return [torch.as_tensor(x, dtype=torch.float32) for x in _flatten(sub)]
-
-    tr, va = rows(~held), rows(held)
-    return _fit(Surrogate(config), tr, va, train, progress)
 
 
 def train_on_rows(
@@ -169,13 +117,13 @@ def _fit(
     model.out_std.copy_(out_std)
     opt = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, train.epochs))
-    log = {"train_mse": [], "val_mse": []}
+    log: dict[str, list[float]] = {"train_mse": [], "val_mse": []}
 
     def mse(batch) -> torch.Tensor:
         theta, s, a, s_next = batch
         return (((model(theta, s, a) - s_next) / model.out_std) ** 2).mean()
 
-    bar = tqdm(range(train.epochs), desc="stage 2: surrogate", unit="epoch", disable=not progress)
+    bar = tqdm(range(train.epochs), desc="stage 2: surrogate", unit="epoch", disable=None if progress else True)
     for _ in bar:
         model.train()
         perm = torch.randperm(len(tr[0]))
