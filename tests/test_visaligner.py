@@ -11,9 +11,10 @@ import torch
 
 import embodied_gym
 from embodied_gym.checkpoints import latest
-from embodied_gym.data.recording import record
+from embodied_gym.recording.episodes import record
 from embodied_gym.visaligner import metrics as M
 from embodied_gym.visaligner.conditioning import ClassicalObjectMasker, condition_video
+from embodied_gym.visaligner.configuration import preset
 from embodied_gym.visaligner.paired import SimCameraRenderer, build_paired_episodes
 from embodied_gym.visaligner.pipeline import (
     CONFIG_NAME,
@@ -22,8 +23,7 @@ from embodied_gym.visaligner.pipeline import (
     build_pipeline,
     pipeline_settings,
 )
-from embodied_gym.visaligner.presets import preset
-from embodied_gym.visaligner.train import TrainConfig, train
+from embodied_gym.visaligner.training import VisAlignerTrainConfig, train
 
 SIZE = (32, 40)
 TINY = dict(image_size=SIZE, num_frames=4, frame_stride=2, num_inference_steps=2)
@@ -57,7 +57,7 @@ def standin_dataset(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(standin_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("vis") / "train"
-    tc = TrainConfig(
+    tc = VisAlignerTrainConfig(
         dataset=str(standin_dataset),
         out=str(out),
         model=TINY,
@@ -155,7 +155,7 @@ def test_checkpoint_of_the_old_layout_resumes(trained, tmp_path):
     import dataclasses
     import shutil
 
-    from embodied_gym.visaligner.presets import VisAlignerConfig
+    from embodied_gym.visaligner.configuration import VisAlignerConfig
 
     out, _, tc = trained
     work = tmp_path / "train"
@@ -241,7 +241,7 @@ def test_pipeline_is_a_diffusers_pipeline_loadable_both_ways(tmp_path):
     assert index["_class_name"] == "VisAlignerPipeline"
     assert index["vae"] == ["diffusers", "AutoencoderKL"] and index["scheduler"] == ["diffusers", "DDIMScheduler"]
     assert index["unet"] == ["diffusers", "UNetSpatioTemporalConditionModel"]
-    assert index["reference_encoder"] == ["embodied_gym.visaligner.model", "ReferenceEncoder"]
+    assert index["reference_encoder"] == ["embodied_gym.visaligner.modeling", "ReferenceEncoder"]
     assert index["image_size"] == list(SIZE) and index["num_frames"] == 4 and index["frame_stride"] == 2
     ref, sims, masks = _clip_inputs()
     want = pipe(ref, sims, masks, 2, torch.Generator().manual_seed(0))
@@ -346,7 +346,7 @@ def test_model_index_outside_the_allow_list_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not run code"):
         VisAlignerPipeline.from_pretrained(tmp_path / "m", custom_pipeline="pipeline")
     for change, message in [
-        ({"reference_encoder": ["embodied_gym.visaligner.model", "AutoencoderKL"]}, "component 'reference_encoder'"),
+        ({"reference_encoder": ["embodied_gym.visaligner.modeling", "AutoencoderKL"]}, "component 'reference_encoder'"),
         ({"vae": ["os", "system"]}, "component 'vae'"),
         ({"extra": ["diffusers", "AutoencoderKL"]}, "unknown key 'extra'"),
         ({"_class_name": ["pipeline", "VisAlignerPipeline"]}, "_class_name"),
@@ -364,7 +364,7 @@ def test_model_index_outside_the_allow_list_is_refused(tmp_path):
 def test_svd_preset_widens_conv_in_with_zero_channels(tmp_path):
     from diffusers import AutoencoderKLTemporalDecoder, UNetSpatioTemporalConditionModel
 
-    from embodied_gym.visaligner.model import load_svd_models
+    from embodied_gym.visaligner.modeling import load_svd_models
 
     unet = UNetSpatioTemporalConditionModel(
         in_channels=8,

@@ -191,7 +191,8 @@ class RecordedDataset:
 
     def image_size(self, camera: str) -> tuple[int, int]:
         """``(height, width)`` of ``camera``'s frames."""
-        return tuple(int(x) for x in self.features[self.camera_key(camera)]["shape"][:2])
+        h, w = (int(x) for x in self.features[self.camera_key(camera)]["shape"][:2])
+        return h, w
 
     def require(self, keys, purpose: str) -> None:
         """Raise :class:`DatasetError` naming the missing ones of feature ``keys`` and ``purpose``."""

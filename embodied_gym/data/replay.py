@@ -46,11 +46,14 @@ class ReplayResult:
 def replay_episode(episode: Episode, task: str, physics=None, env: gym.Env | None = None) -> ReplayResult:
     """Replay ``episode`` open-loop in the sim of ``task`` under ``physics`` (see module docstring)."""
     import embodied_gym
+    from embodied_gym.envs.aloha_env import AlohaTaskEnv
 
     own = env is None
-    if own:
+    if env is None:
         env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=physics, terminate_on_success=False)
     u = env.unwrapped
+    if not isinstance(u, AlohaTaskEnv):
+        raise TypeError(f"replay needs a sim env (AlohaTaskEnv), got {type(u).__name__}")
     if u.control_mode != "joint_pos":
         raise ValueError("replay needs an env with control_mode='joint_pos' (recorded actions are joint targets)")
     if physics is not None and not own:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from embodied_gym import atomic
 from embodied_gym.data.features import AUTO_FEATURES, FPS, SIDECAR
@@ -20,11 +21,9 @@ from embodied_gym.data.reader import DatasetError, dataset_repo_id, is_dataset, 
 DEFAULT_CRF = 10
 """Default video quality (constant rate factor; lower keeps more, 0 is lossless). LeRobot's default
 (30) is tuned for 480x640 frames; at the small sizes trained on CPUs a task object is a few pixels
-wide and its edges are what a policy needs. Measured on a 64x80 PickCup frame (the cup: 10 pixels,
-mean luma contrast against the table 62.3 raw): H.264 at crf 30 leaves 56.8 (mean abs. pixel error
-5.0), crf 10 leaves 60.0 (error 2.2), crf 0 (lossless, 4:4:4) 62.3 (error 0.5, the RGB/YUV rounding).
-Files at crf 10 are ~4x those at crf 30 (40 KiB per 60 frames at 64x80), small beside the frames
-decoded for training; pass 0 for exact frames, or a higher value for large images."""
+wide and its edges are what a policy needs: crf 30 blurs a small cup's contrast against the
+table more than crf 10 does, and crf 0 (lossless, 4:4:4) keeps it all but the RGB/YUV rounding. Files at crf 10 are larger than at crf 30 but small beside the frames decoded for
+training; pass 0 for exact frames, or a higher value for large images."""
 
 
 def video_encoder(vcodec: str = "h264", crf: int | None = DEFAULT_CRF):
@@ -108,7 +107,7 @@ class EpisodeWriter:
                     )
                 self.root.rmdir()  # LeRobot creates the folder itself
             self.episodes, self.rows = 0, []
-        self._ds = None  # the LeRobot writer of the episode in progress
+        self._ds: Any = None  # the LeRobot writer of the episode in progress (a LeRobotDataset)
 
     def _check_compatible(self, info: dict) -> None:
         have, want = _schema(info.get("features", {})), _schema(self.features)

@@ -30,6 +30,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -269,7 +270,7 @@ class PoseEstimatorConfig:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"{where} has unknown keys {unknown}; valid: {sorted(known)}")
-        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        kw: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
         return cls(**kw)
 
     @classmethod

@@ -4,7 +4,7 @@
 keypoint maps (the expected image position of each map, which keeps the object's location that
 global pooling would discard; Levine et al., "End-to-end training of deep visuomotor policies",
 2016) concatenated with globally pooled features, and an MLP head. In training, keypoint ``k`` is
-also pulled onto object ``k``'s image position (:mod:`embodied_gym.perception.train`), which makes
+also pulled onto object ``k``'s image position (:mod:`embodied_gym.perception.training`), which makes
 the model find the object from far fewer frames. At the default 100x160 input
 it runs in a few milliseconds per frame on one CPU core.
 
@@ -34,6 +34,8 @@ def _conv(cin: int, cout: int, k: int, stride: int) -> nn.Sequential:
 
 class SpatialSoftArgmax(nn.Module):
     """(B, K, H, W) maps -> (B, 2K) expected (x, y) positions in [-1, 1] under each map's softmax."""
+
+    grid: torch.Tensor  # a buffer (register_buffer)
 
     def __init__(self, height: int, width: int):
         super().__init__()

@@ -1,8 +1,8 @@
 """A pose estimator's constant bias on the robot's camera, measured from the robot's own demonstrations.
 
 An estimator trained in the sim reads the robot's camera with a bias that is nearly constant over the
-table (the camera's pose and lens differ a little from the sim's): on the stand-in about 1 cm, as large
-as the grasp's tolerance (BENCHMARKS.md, "A camera bias the robot's demonstrations measure"). The
+table (the camera's pose and lens differ a little from the sim's): on the stand-in as large as the
+grasp's tolerance (BENCHMARKS.md, "A camera bias the robot's demonstrations measure"). The
 demonstrations recorded on the robot already say where the object was, without any sensor the robot
 lacks: at the first successful frame of a PickCup demonstration the cup is in the gripper, so its
 position is the tool centre point's (``observation.ee_pose``, forward kinematics of the joint encoders)
@@ -93,7 +93,7 @@ def _episodes_at_success(root: str | os.PathLike, env_state: bool) -> list[dict]
                 "row": rows.get(int(e), {}),
                 "tcp_xy": tcp[:, :2],
                 "arm": int(np.argmax(moved)),  # the arm that went to the object; the other stays at rest
-                "first_state": state[sel[0]] if env_state else None,
+                "first_state": state[sel[0]] if state is not None else None,
             }
         )
     return out
@@ -117,7 +117,6 @@ def fit_estimator_offset(
         TooFewDemonstrations: fewer than 3 successful demonstrations in either dataset.
     """
     from embodied_gym.data.reader import open_dataset
-    from embodied_gym.perception.wrapper import estimator_source
 
     config = PoseEstimatorConfig.from_json(Path(estimator) / CONFIG_NAME)
     task = config.task
@@ -135,34 +134,14 @@ def fit_estimator_offset(
             raise ValueError(f"dataset {root} holds {found} demonstrations; the estimator {estimator} is for {task}")
     robot = _episodes_at_success(robot_dataset, env_state=True)
     sim = _episodes_at_success(sim_dataset, env_state=False)
-    weights = estimator_source(estimator)["sha256"]
-    for ep in robot:
-        named = ep["row"].get("pose_estimator") or {}
-        if named.get("values") == "ground_truth" or named.get("sha256") != weights:
-            raise ValueError(
-                f"episode {ep['episode']} of {robot_dataset} was not recorded with the estimate of "
-                f"{estimator} (its sidecar names {named.get('path')!r}); record the robot's "
-                f"demonstrations with --pose-estimator {estimator}"
-            )
+    _check_recorded_with(robot, robot_dataset, estimator)
     if len(robot) < 3 or len(sim) < 3:
         raise TooFewDemonstrations(
             f"need at least 3 successful demonstrations in each dataset to fit the offset; "
             f"{robot_dataset}: {len(robot)}, {sim_dataset}: {len(sim)}"
         )
 
-    # the grasp offset, per arm, from the sim's true start poses
-    grasp: dict[int, list[np.ndarray]] = {0: [], 1: []}
-    for ep in sim:
-        layout = ep["row"].get("layout", {})
-        if obj not in layout:
-            raise ValueError(
-                f"episode {ep['episode']} of {sim_dataset} has no layout for {obj!r} in its sidecar "
-                f"row: record the sim demonstrations with embodied-gym record (it stores the layout)"
-            )
-        arm = ep["arm"]
-        grasp[arm].append(np.asarray(layout[obj][:2], dtype=np.float64) - ep["tcp_xy"][arm])
-    offsets = {arm: np.median(v, axis=0) for arm, v in grasp.items() if v}
-
+    offsets = _grasp_offsets(sim, obj, sim_dataset)
     bias, used = [], []
     for ep in robot:
         est_xy, arm = ep["first_state"][[ix, iy]], ep["arm"]
@@ -174,19 +153,49 @@ def fit_estimator_offset(
         raise TooFewDemonstrations(
             f"only {len(bias)} robot demonstrations grasped with an arm the sim demonstrations used"
         )
-    bias = np.asarray(bias)
-    median = np.median(bias, axis=0)
-    outliers = [e for e, b in zip(used, bias) if np.linalg.norm(b - median) > OUTLIER_M]
+    biases = np.asarray(bias)
+    median = np.median(biases, axis=0)
+    outliers = [e for e, b in zip(used, biases) if np.linalg.norm(b - median) > OUTLIER_M]
     return EstimatorOffset(
         task=task,
         object=obj,
         correction_xy=(float(-median[0]), float(-median[1])),
-        bias_per_episode=bias.tolist(),
-        robot_episodes=len(bias),
+        bias_per_episode=biases.tolist(),
+        robot_episodes=len(biases),
         sim_episodes=len(sim),
         grasp_offset={("left", "right")[a]: v.tolist() for a, v in offsets.items()},
         outliers=outliers,
     )
+
+
+def _check_recorded_with(robot: list[dict], robot_dataset, estimator) -> None:
+    """Refuse robot demonstrations whose sidecar rows name another estimator's weights (or the true poses)."""
+    from embodied_gym.perception.pose_entry import estimator_source
+
+    weights = estimator_source(estimator)["sha256"]
+    for ep in robot:
+        named = ep["row"].get("pose_estimator") or {}
+        if named.get("values") == "ground_truth" or named.get("sha256") != weights:
+            raise ValueError(
+                f"episode {ep['episode']} of {robot_dataset} was not recorded with the estimate of "
+                f"{estimator} (its sidecar names {named.get('path')!r}); record the robot's "
+                f"demonstrations with --pose-estimator {estimator}"
+            )
+
+
+def _grasp_offsets(sim: list[dict], obj: str, sim_dataset) -> dict[int, np.ndarray]:
+    """Per arm that grasped in the sim, the median of (the object's true start xy - the TCP's xy at success)."""
+    grasp: dict[int, list[np.ndarray]] = {0: [], 1: []}
+    for ep in sim:
+        layout = ep["row"].get("layout", {})
+        if obj not in layout:
+            raise ValueError(
+                f"episode {ep['episode']} of {sim_dataset} has no layout for {obj!r} in its sidecar "
+                f"row: record the sim demonstrations with embodied-gym record (it stores the layout)"
+            )
+        arm = ep["arm"]
+        grasp[arm].append(np.asarray(layout[obj][:2], dtype=np.float64) - ep["tcp_xy"][arm])
+    return {arm: np.median(v, axis=0) for arm, v in grasp.items() if v}
 
 
 def corrected_estimator(estimator: str | os.PathLike, offset: EstimatorOffset, out: str | os.PathLike) -> Path:

@@ -26,6 +26,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from embodied_gym.perception.configuration import CONFIG_NAME, PoseEstimatorConf
 from embodied_gym.perception.data import estimator_config_of_frames, load_frames
 from embodied_gym.perception.evaluate import errors_from_estimates, predict_inputs
 from embodied_gym.perception.modeling import PoseEstimator
+from embodied_gym.progress import progress_bar, report
 
 
 @dataclass
@@ -70,7 +72,7 @@ class PoseTrainConfig:
     threads: int = setting(1, help="torch CPU threads while training (1 is fastest on a busy 2-core machine)")
     device: str = setting("cpu", help="torch device")
     resume: bool = setting(False, help="continue from the newest checkpoint in out")
-    progress: bool = setting(True, help="show a tqdm bar")
+    progress: bool = setting(True, help="show a progress bar (on a terminal; one line per evaluation elsewhere)")
 
 
 @dataclass
@@ -131,9 +133,9 @@ def augment_batch(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         x = F.conv2d(F.pad(x, (0, 0, 2, 2), mode="replicate"), k.transpose(2, 3), groups=3)
     gain = torch.from_numpy(rng.uniform(0.8, 1.2, (b, 1, 1, 1)) * rng.uniform(0.92, 1.08, (b, 3, 1, 1))).float()
     offset = torch.from_numpy(rng.uniform(-0.06, 0.06, (b, 1, 1, 1))).float()
-    sigma = torch.from_numpy(rng.uniform(0.0, 0.03, (b, 1, 1, 1))).float()
+    noise_scale = torch.from_numpy(rng.uniform(0.0, 0.03, (b, 1, 1, 1))).float()
     noise = torch.from_numpy(rng.standard_normal(x.shape, dtype=np.float32))
-    return (x * gain + offset + sigma * noise).clamp_(0.0, 1.0)
+    return (x * gain + offset + noise_scale * noise).clamp_(0.0, 1.0)
 
 
 def _save_optimizer(opt: torch.optim.Optimizer, folder: Path) -> None:
@@ -185,6 +187,26 @@ def _plot(history: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass
+class PoseRun:
+    """What the pose estimator's training loop carries from one step to the next."""
+
+    cfg: PoseTrainConfig
+    estimator: PoseEstimatorConfig
+    out: Path
+    store: CheckpointStore
+    frames: Any  # the loaded frames (inputs, poses, episodes)
+    targets: np.ndarray  # normalised targets per frame
+    keypoint_targets: torch.Tensor | None  # the objects' image positions per frame (with the keypoint loss)
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    model: PoseEstimator | None = None
+    opt: torch.optim.Optimizer | None = None
+    sched: Any = None
+    history: dict = field(default_factory=lambda: {"train_step": [], "train_loss": [], "val_step": [], "val_loss": []})
+    start: int = 0  # steps done (the checkpoint resumed from)
+
+
 def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | None = None) -> PoseTrainResult:
     """Train a :class:`PoseEstimator` on ``cfg.data`` (see the module docstring).
 
@@ -196,8 +218,41 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
         ValueError: no frame folders; ``cfg.out`` holds checkpoints and ``cfg.resume`` is off (they
             would be overwritten).
     """
-    from tqdm.auto import tqdm
+    run, last = _load_data(cfg, estimator)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, cfg.threads))
+    try:
+        _build_model(run, last)
+        run.model.train()
+        bar = progress_bar(
+            range(run.start, cfg.steps),
+            progress=cfg.progress,
+            desc="pose estimator",
+            initial=run.start,
+            total=cfg.steps,
+        )
+        for step in bar:
+            loss = _train_step(run, step)
+            done = step + 1
+            if done % cfg.eval_every == 0 or done == cfg.steps:
+                vloss, _ = _validate(run)
+                run.history["val_step"].append(done)
+                run.history["val_loss"].append(vloss)
+                run.model.train()
+                bar.set_postfix(loss=f"{loss:.4f}", val=f"{vloss:.4f}")
+                report(cfg.progress, f"pose estimator step {done}/{cfg.steps}: loss {loss:.4f}, val {vloss:.4f}")
+            if done % cfg.save_every == 0 or done == cfg.steps:
+                _checkpoint(run, done)
+        run.model.eval()
+        _, val_errors = _validate(run)
+    finally:
+        torch.set_num_threads(threads)
+    return _finish(run, val_errors)
 
+
+def _load_data(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | None):
+    """Check the output folder, settle the model config (the checkpoint's when resuming) and load the
+    frames with their targets and train/validation split; returns the run and the checkpoint to resume."""
     if not cfg.data:
         raise ValueError("PoseTrainConfig.data is empty: pass the frame folders to train on (--data DIR [DIR ...])")
     out = Path(cfg.out)
@@ -216,106 +271,106 @@ def train_pose_estimator(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | 
             )
         estimator = saved
     estimator = estimator or estimator_config_of_frames(cfg.data[0])
-
     frames = load_frames(cfg.data, estimator)
     targets = estimator.normalise(estimator.targets(frames.poses)).astype(np.float32)
     keypoint_targets = torch.from_numpy(keypoint_positions(estimator, frames.poses)) if cfg.keypoint_weight else None
     train_idx, val_idx = split_episodes(frames.episode, cfg.val_fraction, cfg.seed)
+    return PoseRun(cfg, estimator, out, store, frames, targets, keypoint_targets, train_idx, val_idx), last
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, cfg.threads))
-    try:
-        torch.manual_seed(cfg.seed)
-        model = PoseEstimator(estimator).to(cfg.device)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps)))
-        )
-        history = {"train_step": [], "train_loss": [], "val_step": [], "val_loss": []}
-        start = 0
-        if last is not None:
-            model = PoseEstimator.from_pretrained(last.path, device=cfg.device)
-            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-            _load_optimizer(opt, last.path)
-            state = json.loads((last.path / "train_state.json").read_text())
-            history, start = state["history"], last.counter
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                opt,
-                lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps))),
-                last_epoch=start - 1,
-            )
 
-        def validate() -> tuple[float, dict]:
-            if not len(val_idx):
-                return float("nan"), {}
-            est = predict_inputs(model, frames.inputs[val_idx])
-            norm = torch.from_numpy(estimator.normalise(est).astype(np.float32))
-            loss = float(F.smooth_l1_loss(norm, torch.from_numpy(targets[val_idx]), beta=0.1))
-            return loss, errors_from_estimates(estimator, est, frames.poses[val_idx])
+def _cosine(cfg: PoseTrainConfig):
+    """The learning-rate factor at step ``s``: cosine from 1 down to 0.05 at ``cfg.steps``."""
+    return lambda s: 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / max(1, cfg.steps)))
 
-        def checkpoint(step: int) -> None:
-            def write(folder: Path) -> None:
-                model.write_files(folder)
-                _save_optimizer(opt, folder)
-                write_json(folder / "train_state.json", {"step": step, "history": history})
 
-            store.save(step, write)
+def _build_model(run: PoseRun, last) -> None:
+    """The model, optimizer and schedule: new (seeded), or the checkpoint ``last``'s with its history."""
+    cfg = run.cfg
+    torch.manual_seed(cfg.seed)
+    run.model = PoseEstimator(run.estimator).to(cfg.device)
+    run.opt = torch.optim.AdamW(run.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, _cosine(cfg))
+    if last is not None:
+        run.model = PoseEstimator.from_pretrained(last.path, device=cfg.device)
+        run.opt = torch.optim.AdamW(run.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        _load_optimizer(run.opt, last.path)
+        state = json.loads((last.path / "train_state.json").read_text())
+        run.history, run.start = state["history"], last.counter
+        run.sched = torch.optim.lr_scheduler.LambdaLR(run.opt, _cosine(cfg), last_epoch=run.start - 1)
 
-        model.train()
-        bar = tqdm(
-            range(start, cfg.steps), desc="pose estimator", disable=not cfg.progress, initial=start, total=cfg.steps
-        )
-        for step in bar:
-            rng = np.random.default_rng([cfg.seed, step])
-            idx = rng.choice(
-                train_idx, size=min(cfg.batch_size, len(train_idx)), replace=len(train_idx) < cfg.batch_size
-            )
-            x = PoseEstimator.to_tensor(frames.inputs[idx])
-            if cfg.augment:
-                x = augment_batch(x, rng)
-            y = torch.from_numpy(targets[idx])
-            pred, keypoints = model(x.to(cfg.device), return_keypoints=True)
-            loss = F.smooth_l1_loss(pred, y.to(cfg.device), beta=0.1)
-            if keypoint_targets is not None:  # keypoint k onto object k (the first n_objects keypoints)
-                loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(
-                    keypoints[:, : keypoint_targets.shape[1]], keypoint_targets[idx].to(cfg.device), beta=0.05
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            history["train_step"].append(step + 1)
-            history["train_loss"].append(loss.item())
-            done = step + 1
-            if done % cfg.eval_every == 0 or done == cfg.steps:
-                vloss, _ = validate()
-                history["val_step"].append(done)
-                history["val_loss"].append(vloss)
-                model.train()
-                bar.set_postfix(loss=f"{loss.item():.4f}", val=f"{vloss:.4f}")
-            if done % cfg.save_every == 0 or done == cfg.steps:
-                checkpoint(done)
-        model.eval()
-        _, val_errors = validate()
-    finally:
-        torch.set_num_threads(threads)
 
+def _built(run: PoseRun) -> tuple[PoseEstimator, torch.optim.Optimizer]:
+    """The run's model and optimizer; RuntimeError before :func:`_build_model` made them."""
+    if run.model is None or run.opt is None:
+        raise RuntimeError("the pose run has no model yet: _build_model(run, last) makes it")
+    return run.model, run.opt
+
+
+def _train_step(run: PoseRun, step: int) -> float:
+    """One optimiser step on the batch of ``step`` (its own seeded sampler, so a resume continues the
+    same run); returns the loss."""
+    cfg, device = run.cfg, run.cfg.device
+    model, opt = _built(run)
+    rng = np.random.default_rng([cfg.seed, step])
+    n = len(run.train_idx)
+    idx = rng.choice(run.train_idx, size=min(cfg.batch_size, n), replace=n < cfg.batch_size)
+    x = PoseEstimator.to_tensor(run.frames.inputs[idx])
+    if cfg.augment:
+        x = augment_batch(x, rng)
+    y = torch.from_numpy(run.targets[idx])
+    pred, keypoints = model(x.to(device), return_keypoints=True)
+    loss = F.smooth_l1_loss(pred, y.to(device), beta=0.1)
+    if run.keypoint_targets is not None:  # keypoint k onto object k (the first n_objects keypoints)
+        kp = run.keypoint_targets
+        loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(keypoints[:, : kp.shape[1]], kp[idx].to(device), beta=0.05)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    run.sched.step()
+    run.history["train_step"].append(step + 1)
+    run.history["train_loss"].append(loss.item())
+    return loss.item()
+
+
+def _validate(run: PoseRun) -> tuple[float, dict]:
+    """The validation loss and pose errors (NaN and none without validation frames)."""
+    if not len(run.val_idx):
+        return float("nan"), {}
+    est = predict_inputs(_built(run)[0], run.frames.inputs[run.val_idx])
+    norm = torch.from_numpy(run.estimator.normalise(est).astype(np.float32))
+    loss = float(F.smooth_l1_loss(norm, torch.from_numpy(run.targets[run.val_idx]), beta=0.1))
+    return loss, errors_from_estimates(run.estimator, est, run.frames.poses[run.val_idx])
+
+
+def _checkpoint(run: PoseRun, step: int) -> None:
+    """``out/checkpoints/<step>``: the model, the optimizer and the history."""
+
+    model, opt = _built(run)
+
+    def write(folder: Path) -> None:
+        model.write_files(folder)
+        _save_optimizer(opt, folder)
+        write_json(folder / "train_state.json", {"step": step, "history": run.history})
+
+    run.store.save(step, write)
+
+
+def _finish(run: PoseRun, val_errors: dict) -> PoseTrainResult:
+    """Write ``out/model``, ``metrics.json`` and the loss plot."""
+    cfg, out = run.cfg, run.out
+    model = _built(run)[0]
     model.save_pretrained(out / "model")
-    write_json(
-        out / "metrics.json",
-        {
-            "history": history,
-            "val_errors": val_errors,
-            "train_frames": len(train_idx),
-            "val_frames": len(val_idx),
-            "config": {
-                k: getattr(cfg, k)
-                for k in ("steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")
-            },
-        },
-    )
-    _plot(history, out / "loss.png")
-    return PoseTrainResult(model.cpu().eval(), history, val_errors, out)
+    settings = ("steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")
+    metrics = {
+        "history": run.history,
+        "val_errors": val_errors,
+        "train_frames": len(run.train_idx),
+        "val_frames": len(run.val_idx),
+        "config": {k: getattr(cfg, k) for k in settings},
+    }
+    write_json(out / "metrics.json", metrics)
+    _plot(run.history, out / "loss.png")
+    return PoseTrainResult(model.cpu().eval(), run.history, val_errors, out)
 
 
 __all__ = [

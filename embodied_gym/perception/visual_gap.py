@@ -1,6 +1,6 @@
 """The visual-gap experiment: train pose estimators on sim frames, measure them on sim and stand-in frames.
 
-The experiment layer over :mod:`~embodied_gym.perception.train` (how a model learns) and
+The experiment layer over :mod:`~embodied_gym.perception.training` (how a model learns) and
 :mod:`~embodied_gym.perception.evaluate` (how its error is measured): ``benchmarks/perception.py`` runs it.
 A model trained on simulator frames and measured on a stand-in's camera shows the visual gap that
 VisAligner (arXiv 2507.05198, section 3.2) is meant to close.
@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import embodied_gym
 from embodied_gym.perception.data import generate_frames, load_frames
 from embodied_gym.perception.evaluate import errors_from_estimates, pose_errors, time_per_frame
-from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
+from embodied_gym.perception.training import PoseTrainConfig, train_pose_estimator
 
 
 def measure_visual_gap(
@@ -73,7 +74,7 @@ def measure_visual_gap(
     )
     sim_val, standin = load_frames(fr / "sim_val", config), load_frames(fr / "standin", config)
     train_sets = train_sets or {"raw": [fr / "sim_train"]}
-    result = {"frames": {"sim_val": len(sim_val), "standin": len(standin)}, "models": {}}
+    result: dict[str, Any] = {"frames": {"sim_val": len(sim_val), "standin": len(standin)}, "models": {}}
     # What knowing nothing scores: always the centre of the start range (z = 0, yaw = 0).
     centre = np.tile(config.denormalise(np.zeros(config.output_dim)), (len(standin), 1))
     result["centre_baseline"] = {

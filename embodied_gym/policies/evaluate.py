@@ -167,7 +167,7 @@ def reset_pose_error_cm(env, obs, info: dict) -> float | None:
     """Horizontal error (cm, mean over objects) of ``obs["object_pose_estimate"]`` against
     ``info["object_poses"]``, for the env's :class:`~embodied_gym.perception.PoseEstimateWrapper`; None
     when the observation holds no estimate, the env reports no poses, or the entry is the ground truth."""
-    from embodied_gym.perception.wrapper import KEY, true_pose_entry
+    from embodied_gym.perception.pose_entry import KEY, true_pose_entry
 
     if not isinstance(obs, dict) or KEY not in obs or "object_poses" not in info:
         return None
@@ -236,7 +236,7 @@ def evaluate(
         raise ValueError("episodes must be >= 1")
     rows: list[EpisodeResult] = []
     t0 = time.time()
-    bar = tqdm(range(episodes), desc=f"eval {env_id or 'env'}", unit="ep", disable=not progress)
+    bar = tqdm(range(episodes), desc=f"eval {env_id or 'env'}", unit="ep", disable=None if progress else True)
     for i in bar:
         rows.append(_episode(env, agent, i, seed, videos, video_episodes))
         bar.set_postfix(success=f"{np.mean([r.success for r in rows]):.0%}")
@@ -253,7 +253,7 @@ def _episode(env, agent, i: int, seed: int, videos, video_episodes: int) -> Epis
         Path(videos).mkdir(parents=True, exist_ok=True)
         cams = getattr(env.unwrapped, "cameras", ())
         camera = cams[0] if cams else None
-    frames = [] if record else None
+    frames: list[np.ndarray] | None = [] if record else None
     success, ret, length, last_r, err, pose_error = run_episode(env, agent, seed + i, frames, camera)
     video = None
     if frames:
@@ -295,7 +295,8 @@ _WORKER: dict = {}
 
 
 def _agent_and_env(spec: dict):
-    from embodied_gym.policies.loading import load_agent, make_env_for
+    from embodied_gym.factory import make_env_for
+    from embodied_gym.policies.agents import load_agent
 
     agent = load_agent(spec["policy"], **spec["agent"])
     return agent, make_env_for(agent, spec["env_id"], **spec["env"])
@@ -337,7 +338,7 @@ def evaluate_policy(
     pose_update: str | None = None,
     workers: int = 1,
 ) -> EvalResult:
-    """Load ``policy`` (see :func:`~embodied_gym.policies.loading.load_agent`: ``control_mode``,
+    """Load ``policy`` (see :func:`~embodied_gym.policies.agents.load_agent`: ``control_mode``,
     ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
     make ``env_id`` for it, evaluate, and write ``out`` (JSON) when given.
 
@@ -348,7 +349,7 @@ def evaluate_policy(
         videos: a folder for videos of the first episodes.
         pose_update: when a policy that reads estimated object poses gets a new estimate
             (``"every_frame"`` / ``"at_reset"``; default: as its data was recorded; see
-            :func:`~embodied_gym.policies.loading.make_env_for`).
+            :func:`~embodied_gym.factory.make_env_for`).
         workers: processes that run the episodes (:class:`~embodied_gym.processes.WorkerPool`, one torch
             thread each), each with its own copy of the policy and env. An episode depends only on its
             seed, so the per-episode results are those of one process (``workers=1``, this process).
@@ -364,52 +365,50 @@ def evaluate_policy(
         raise ValueError(f"workers must be at least 1 (1 runs the episodes in this process), got {workers}")
     if episodes < 1:
         raise ValueError("episodes must be >= 1")
+    agent_options = dict(
+        temporal_ensemble_coeff=temporal_ensemble_coeff,
+        control_mode=control_mode,
+        cameras=cameras,
+        image_size=image_size,
+        trust_policy_file=trust_policy_file,
+        pose_estimator=pose_estimator,
+    )
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
-    spec = {
-        "policy": policy,
-        "env_id": env_id,
-        "agent": dict(
-            temporal_ensemble_coeff=temporal_ensemble_coeff,
-            control_mode=control_mode,
-            cameras=cameras,
-            image_size=image_size,
-            trust_policy_file=trust_policy_file,
-            pose_estimator=pose_estimator,
-        ),
-        "env": dict(
-            physics=physics,
-            visaligner=visaligner,
-            robot_config=robot_config,
-            **extra,
-            render_mode="rgb_array" if videos else None,
-            pose_update=pose_update,
-        ),
-    }
-    workers = min(workers, episodes)
-    agent, env = _agent_and_env(spec)  # here first: a bad policy or option fails before any worker starts
-    try:
-        if workers == 1:
-            result = evaluate(
-                agent,
-                env,
-                episodes,
-                seed,
-                env_id=env_id,
-                policy_name=str(policy),
-                videos=videos,
-                progress=progress,
-                visaligner=visaligner,
-                physics=physics,
-            )
-    finally:
-        env.close()
-    if workers > 1:
-        result = _evaluate_in_workers(spec, workers, episodes, seed, videos, progress)
-        result.visaligner, result.physics = visaligner, physics
+    env_options = dict(
+        physics=physics,
+        visaligner=visaligner,
+        robot_config=robot_config,
+        **extra,
+        render_mode="rgb_array" if videos else None,
+        pose_update=pose_update,
+    )
+    spec = {"policy": policy, "env_id": env_id, "agent": agent_options, "env": env_options}
+    result = _evaluate_spec(spec, min(workers, episodes), episodes, seed, videos, progress)
+    result.visaligner, result.physics = visaligner, physics
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         atomic.write_json(out, result.to_json())
     return result
+
+
+def _evaluate_spec(spec: dict, workers: int, episodes: int, seed: int, videos, progress: bool) -> EvalResult:
+    """Evaluate the policy and env that ``spec`` names, in this process or in ``workers`` processes."""
+    agent, env = _agent_and_env(spec)  # here first: a bad policy or option fails before any worker starts
+    try:
+        if workers == 1:
+            return evaluate(
+                agent,
+                env,
+                episodes,
+                seed,
+                env_id=spec["env_id"],
+                policy_name=str(spec["policy"]),
+                videos=videos,
+                progress=progress,
+            )
+    finally:
+        env.close()
+    return _evaluate_in_workers(spec, workers, episodes, seed, videos, progress)
 
 
 def _evaluate_in_workers(
@@ -424,7 +423,12 @@ def _evaluate_in_workers(
     t0 = time.time()
     rows: list[EpisodeResult] = []
     with (
-        tqdm(total=episodes, desc=f"eval {spec['env_id']} ({workers} workers)", unit="ep", disable=not progress) as bar,
+        tqdm(
+            total=episodes,
+            desc=f"eval {spec['env_id']} ({workers} workers)",
+            unit="ep",
+            disable=None if progress else True,
+        ) as bar,
         WorkerPool(workers, _init_worker, (spec,), what="evaluation worker") as pool,
     ):
         futures = [pool.submit(_worker_episode, i, seed, videos, video_episodes) for i in range(episodes)]

@@ -44,8 +44,9 @@ trajectories (normalised units), the negative-log-likelihood anchor of RPO (Pang
 
 **Which iteration it returns (not in the paper, whose loop repeats "until it converges").** The
 preference loss saturates within a few epochs (a trajectory's log-likelihood sums 14 action
-dimensions over every step, so margins reach hundreds of nats) and the remaining updates can move the
-policy far from π_ref, for better or worse. With ``select = "best"`` (the default) and
+dimensions over every step, so the margins grow far past where the sigmoid flattens) and the
+remaining updates can move the policy far from π_ref, for better or worse (BENCHMARKS.md, "The demo",
+its TPO rows). With ``select = "best"`` (the default) and
 ``eval_episodes`` > 0, π_ref and every iteration's checkpoint are evaluated greedily in the same sim
 env (calibrated physics, VisAligner, pose estimate; exactly what ``embodied-gym eval`` runs on that
 checkpoint, with ``eval_temporal_ensemble`` as deployed, on the seeds ``eval_seed``, ``eval_seed`` + 1,
@@ -69,19 +70,21 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from embodied_gym import atomic
 from embodied_gym.checkpoints import CheckpointStore
-from embodied_gym.configs import setting
+from embodied_gym.configs import require, setting
 from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, make_optimizer, save_checkpoint
 from embodied_gym.policies.act.checkpoints import MODEL_DIR
 from embodied_gym.policies.scoring import target_distance, trajectory_score
+from embodied_gym.progress import progress_bar, report
 
 
 @dataclass
@@ -129,7 +132,9 @@ class TPOConfig:
         "deployed (`eval --temporal-ensemble`; default: the "
         "policy's own setting)",
     )
-    eval_workers: int = setting(1, help="processes that run the evaluation episodes (results do not change)")
+    eval_workers: int = setting(
+        1, help="processes that run the evaluation episodes (results do not change)", cache_key=False
+    )
     select: str = setting(
         "best",
         choices=("best", "last"),
@@ -245,15 +250,18 @@ class ACTLikelihood:
 
 # ----------------------------------------------------------------------------- rollouts
 def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Generator) -> Trajectory:
-    """One episode of ``agent`` (an :class:`~embodied_gym.policies.loading.ACTAgent`) sampling
+    """One episode of ``agent`` (an :class:`~embodied_gym.policies.agents.ACTAgent`) sampling
     its Laplace policy; stores the query observations (with the pose estimate, for a policy that
     reads it) and the executed actions."""
     policy, k = agent.policy, agent.policy.config.n_action_steps
     std = _action_std(agent)
     obs, info = env.reset(seed=seed)
     start_info = info
-    states, images, chunks, masks = [], {F.image_key(c): [] for c in agent.cameras}, [], []
-    env_states = [] if agent.env_state else None
+    states: list[torch.Tensor] = []
+    images: dict[str, list[torch.Tensor]] = {F.image_key(c): [] for c in agent.cameras}
+    chunks: list[torch.Tensor] = []
+    masks: list[torch.Tensor] = []
+    env_states: list[torch.Tensor] | None = [] if agent.env_state else None
     ret, length, done = 0.0, 0, False
     while not done:
         raw = agent.observation_batch(obs)
@@ -299,9 +307,9 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
 def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
     """The pose estimator folder the rollouts of ``agent`` read (None for a policy without the
     environment-state input), checked as ``eval`` checks it (see
-    :func:`embodied_gym.policies.loading.make_env_for`): it must exist and, unless
+    :func:`embodied_gym.factory.make_env_for`): it must exist and, unless
     ``cfg.pose_estimator`` names it, hold the weights the policy's metadata names."""
-    from embodied_gym.perception.wrapper import estimator_source
+    from embodied_gym.perception.pose_entry import estimator_source
 
     if not agent.env_state:
         if cfg.pose_estimator:
@@ -338,7 +346,7 @@ def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
 def _estimator_description(env, previous: dict | None) -> dict:
     """What a checkpoint records about the estimator its rollouts read, in the fields recording writes
     (folder, sha256, camera, frame size, output names)."""
-    from embodied_gym.perception.wrapper import PoseEstimateWrapper
+    from embodied_gym.wrappers.pose import PoseEstimateWrapper
 
     wrapper = env
     while not isinstance(wrapper, PoseEstimateWrapper):
@@ -360,6 +368,40 @@ def _action_std(agent) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the loop
+@dataclass
+class TPORun:
+    """What the TPO loop carries from one iteration to the next (built by :func:`_setup`)."""
+
+    cfg: TPOConfig
+    out: Path
+    store: CheckpointStore
+    log: list[dict]  # tpo_log.jsonl's rows, those after the checkpoint it resumes from dropped
+    start_iter: int  # the iterations already done (the checkpoint it resumes from)
+    agent: Any  # the ACTAgent TPO trains (π_θ)
+    reference_dir: Path  # π_ref's folder
+    estimator: str | None  # the pose estimator folder the rollouts and evaluations read
+    env: Any  # the sim env of the rollouts
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator  # the pair sampler's
+    meta: dict  # embodied_gym_policy.json of every checkpoint
+    likelihood: ACTLikelihood  # log π_θ
+    ref_likelihood: ACTLikelihood  # log π_ref
+    noise: float  # b of the rollouts' Laplace noise
+    task: str  # the env's task (the trajectory score's target)
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / "tpo_log.jsonl"
+
+
+@dataclass
+class Update:
+    """One iteration's preference updates: the loss and the mean margin of every gradient step."""
+
+    losses: list[float] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
+
+
 def train_tpo(cfg: TPOConfig) -> list[dict]:
     """Run (or resume) the TPO loop; returns the per-iteration log.
 
@@ -370,31 +412,58 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             with other outputs; ``cfg.pose_estimator`` for a policy that reads no estimate.
         FileNotFoundError: the policy's pose estimator folder is missing.
     """
-    from tqdm import tqdm
+    run = _setup(cfg)
+    try:
+        if cfg.eval_episodes and not any(row["iteration"] == 0 for row in run.log):
+            reference = {"iteration": 0, "reference": str(run.reference_dir)}
+            run.log.insert(0, {**reference, **_evaluate_in_sim(cfg, run.estimator, run.reference_dir)})
+            _write_log(run.log_path, run.log)
+        for it in range(run.start_iter, cfg.iterations):
+            t0 = time.time()
+            trajs = _collect_rollouts(run, it)
+            pairs = preference_pairs([t.score for t in trajs], cfg.pairs)
+            t_roll = time.time() - t0
+            update = _update(run, it, trajs, pairs)
+            row = _iteration_row(it, trajs, pairs, update, t_roll, time.time() - t0 - t_roll)
+            _checkpoint(run, it, row)
+    finally:
+        run.env.close()
+    _write_selected(run.out, run.store, run.log, cfg, run.reference_dir, run.meta)
+    return run.log
+
+
+def _check_config(cfg: TPOConfig):
+    """Refuse a run that cannot start; returns the parsed env id."""
+    import embodied_gym
 
     if not (cfg.policy and cfg.env_id and cfg.out):
         raise ValueError(
             "TPO needs a reference policy, a sim env id and an output folder (--policy DIR --env ID --out DIR)"
         )
-    from lerobot.optim.optimizers import load_optimizer_state
-
-    import embodied_gym
-    from embodied_gym.policies.evaluate import evaluate_policy
-    from embodied_gym.policies.loading import ACTAgent, make_env_for
-
     if cfg.eval_episodes < 0 or cfg.eval_workers < 1:
         raise ValueError(
             f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and {cfg.eval_workers}"
         )
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
     env_id = embodied_gym.parse_env_id(cfg.env_id)
     if env_id.real:
         raise ValueError(
             "TPO rolls out in the simulator (it scores trajectories from sim state); use a sim id, e.g. "
             + embodied_gym.env_id(env_id.task)
         )
-    out = Path(cfg.out)
+    return env_id
+
+
+def _setup(cfg: TPOConfig) -> TPORun:
+    """Check ``cfg``, load the policies (π_θ from the last checkpoint when resuming), make the env and
+    the optimizer."""
+    from lerobot.optim.optimizers import load_optimizer_state
+
+    from embodied_gym.policies.agents import ACTAgent
+
+    task = _check_config(cfg).task
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    out = Path(require(cfg.out, "out"))
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "tpo_log.jsonl"
     log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
@@ -403,32 +472,16 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
     log = [row for row in log if row["iteration"] <= start_iter]
 
-    agent = ACTAgent(last if last else cfg.policy, device=cfg.device)
+    policy = require(cfg.policy, "policy")
+    agent = ACTAgent(last if last else policy, device=cfg.device)
     estimator = _estimator_for_tpo(agent, cfg)
-    reference_agent = ACTAgent(cfg.policy, device=cfg.device)  # π_ref: the starting policy, frozen
-    reference_dir, reference = reference_agent.path, reference_agent.policy
+    reference_agent = ACTAgent(policy, device=cfg.device)  # π_ref: the starting policy, frozen
+    reference = reference_agent.policy
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
-    policy = agent.policy
-    task = env_id.task
-    extra = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-    visaligner = cfg.visaligner
-    if visaligner and cfg.device != "cpu":  # VisAligner's frames on the same device as the policy
-        from embodied_gym.visaligner.pipeline import VisAlignerPipeline
-
-        visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
-    env = make_env_for(
-        agent,
-        cfg.env_id,
-        physics=cfg.physics,
-        visaligner=visaligner,
-        visaligner_steps=cfg.visaligner_steps,
-        pose_estimator=estimator,
-        pose_update=cfg.pose_update,
-        **extra,
-    )
-    optimizer = make_optimizer([p for p in policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
+    env = _make_rollout_env(agent, cfg, estimator)
+    optimizer = make_optimizer([p for p in agent.policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
     generator = torch.Generator().manual_seed(cfg.seed)
     if last:
         optimizer = load_optimizer_state(optimizer, last / "training_state")
@@ -436,111 +489,165 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
     meta.update({"tpo": asdict(cfg)})
     if agent.env_state:  # name the estimator the rollouts read, so eval rebuilds the same observation
         meta["pose_estimator"] = _estimator_description(env, meta.get("pose_estimator"))
-    likelihood = ACTLikelihood(policy, agent.pre, cfg.laplace_scale)
-    ref_likelihood = ACTLikelihood(reference, agent.pre, cfg.laplace_scale)
-    noise = cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise
+    return TPORun(
+        cfg=cfg,
+        out=out,
+        store=store,
+        log=log,
+        start_iter=start_iter,
+        agent=agent,
+        reference_dir=reference_agent.path,
+        estimator=estimator,
+        env=env,
+        optimizer=optimizer,
+        generator=generator,
+        meta=meta,
+        likelihood=ACTLikelihood(agent.policy, agent.pre, cfg.laplace_scale),
+        ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale),
+        noise=cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise,
+        task=task,
+    )
 
-    def evaluate_in_sim(policy_dir: Path) -> dict:
-        """The greedy evaluation of one policy folder, as `eval` runs it in TPO's sim env."""
-        t_eval = time.time()
-        r = evaluate_policy(
-            str(policy_dir),
-            cfg.env_id,
-            cfg.eval_episodes,
-            seed=cfg.eval_seed,
-            physics=cfg.physics,
-            visaligner=cfg.visaligner,
-            temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
-            pose_estimator=estimator,
-            pose_update=cfg.pose_update,
-            max_episode_steps=cfg.max_episode_steps,
-            workers=cfg.eval_workers,
-            progress=cfg.progress,
-        )
-        return {
-            "eval_success_rate": r.success_rate,
-            "eval_ci95": list(r.ci95),
-            "eval_seed": cfg.eval_seed,
-            "eval_successes": [bool(e.success) for e in r.per_episode],
-            "eval_time_s": time.time() - t_eval,
-        }
 
-    if cfg.eval_episodes and not any(row["iteration"] == 0 for row in log):
-        log.insert(0, {"iteration": 0, "reference": str(reference_dir), **evaluate_in_sim(reference_dir)})
-        _write_log(log_path, log)
+def _make_rollout_env(agent, cfg: TPOConfig, estimator: str | None):
+    """The sim env the rollouts run in: calibrated physics, VisAligner frames, the pose estimate."""
+    from embodied_gym.factory import make_env_for
 
-    try:
-        for it in range(start_iter, cfg.iterations):
-            t0 = time.time()
-            rng = np.random.default_rng(cfg.seed + 7919 * it)
-            policy.eval()
-            trajs = []
-            for i in tqdm(
-                range(cfg.n_rollouts()),
-                desc=f"tpo {it + 1}/{cfg.iterations} rollouts",
-                unit="ep",
-                disable=not cfg.progress,
-            ):
-                agent.reset()
-                trajs.append(rollout(agent, env, task, cfg.seed + 1000 * it + i, noise, rng))
-            scores = [t.score for t in trajs]
-            pairs = preference_pairs(scores, cfg.pairs)
-            t_roll = time.time() - t0
-            with torch.no_grad():
-                ref_logp = [ref_likelihood.log_prob(t) for t in trajs]
-            losses, margins = [], []
-            # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
-            policy.eval()
-            bar = tqdm(
-                range(cfg.epochs),
-                desc=f"tpo {it + 1}/{cfg.iterations} epochs",
-                unit="epoch",
-                disable=not cfg.progress or not pairs,
-            )
-            for _ in bar if pairs else []:
-                perm = torch.randperm(len(pairs), generator=generator).tolist()
-                for s in range(0, len(perm), cfg.batch_size):
-                    chosen = [pairs[j] for j in perm[s : s + cfg.batch_size]]
-                    won = [likelihood.log_prob(trajs[w], with_l1=True) for w, _ in chosen]
-                    lw = torch.stack([x[0] for x in won])
-                    ll = torch.stack([likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
-                    rw = torch.stack([ref_logp[w] for w, _ in chosen])
-                    rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
-                    loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
-                    if cfg.sft_weight:  # imitate the preferred trajectories too (RPO-style anchor)
-                        loss = loss + cfg.sft_weight * torch.stack([x[1] for x in won]).mean()
-                    optimizer.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)
-                    optimizer.step()
-                    losses.append(loss.item())
-                    margins.append(float(((lw - rw) - (ll - rl)).mean().detach()))
-                bar.set_postfix(loss=f"{np.mean(losses[-max(1, len(pairs) // cfg.batch_size) :]):.4f}")
-            row = {
-                "iteration": it + 1,
-                "rollouts": len(trajs),
-                "pairs": len(pairs),
-                "rollout_success_rate": float(np.mean([t.success for t in trajs])),
-                "scores": scores,
-                "score_mean": float(np.mean(scores)),
-                "score_quantiles": [float(q) for q in np.quantile(scores, [0.0, 0.25, 0.5, 0.75, 1.0])],
-                "distance_mean_m": float(np.mean([t.distance for t in trajs])),
-                "loss_first": losses[0] if losses else None,
-                "loss_last": losses[-1] if losses else None,
-                "margin_last": margins[-1] if margins else None,
-                "rollout_time_s": t_roll,
-                "train_time_s": time.time() - t0 - t_roll,
-            }
-            saved = save_checkpoint(store, it + 1, policy, agent.pre, agent.post, optimizer, generator, meta)
-            if cfg.eval_episodes:
-                row.update(evaluate_in_sim(saved / MODEL_DIR))
-            log.append(row)
-            _write_log(log_path, log)
-            plot_tpo_log(log, out / "tpo.png", cfg.select)
-    finally:
-        env.close()
-    _write_selected(out, store, log, cfg, reference_dir, meta)
-    return log
+    extra: dict[str, Any] = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
+    visaligner = cfg.visaligner
+    if visaligner and cfg.device != "cpu":  # VisAligner's frames on the same device as the policy
+        from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+        visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
+    return make_env_for(
+        agent,
+        require(cfg.env_id, "env_id"),
+        physics=cfg.physics,
+        visaligner=visaligner,
+        visaligner_steps=cfg.visaligner_steps,
+        pose_estimator=estimator,
+        pose_update=cfg.pose_update,
+        **extra,
+    )
+
+
+def _evaluate_in_sim(cfg: TPOConfig, estimator: str | None, policy_dir: Path) -> dict:
+    """The greedy evaluation of one policy folder, as `eval` runs it in TPO's sim env."""
+    from embodied_gym.policies.evaluate import evaluate_policy
+
+    t_eval = time.time()
+    r = evaluate_policy(
+        str(policy_dir),
+        require(cfg.env_id, "env_id"),
+        cfg.eval_episodes,
+        seed=cfg.eval_seed,
+        physics=cfg.physics,
+        visaligner=cfg.visaligner,
+        temporal_ensemble_coeff=cfg.eval_temporal_ensemble,
+        pose_estimator=estimator,
+        pose_update=cfg.pose_update,
+        max_episode_steps=cfg.max_episode_steps,
+        workers=cfg.eval_workers,
+        progress=cfg.progress,
+    )
+    return {
+        "eval_success_rate": r.success_rate,
+        "eval_ci95": list(r.ci95),
+        "eval_seed": cfg.eval_seed,
+        "eval_successes": [bool(e.success) for e in r.per_episode],
+        "eval_time_s": time.time() - t_eval,
+    }
+
+
+def _collect_rollouts(run: TPORun, it: int) -> list[Trajectory]:
+    """Iteration ``it``'s rollouts of the current policy, sampling its Laplace policy (step 1)."""
+    cfg = run.cfg
+    rng = np.random.default_rng(cfg.seed + 7919 * it)
+    run.agent.policy.eval()
+    trajs = []
+    desc = f"tpo {it + 1}/{cfg.iterations} rollouts"
+    for i in progress_bar(range(cfg.n_rollouts()), progress=cfg.progress, desc=desc, unit="ep"):
+        run.agent.reset()
+        trajs.append(rollout(run.agent, run.env, run.task, cfg.seed + 1000 * it + i, run.noise, rng))
+    return trajs
+
+
+def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int, int]]) -> Update:
+    """``cfg.epochs`` passes of the preference loss over ``pairs`` (step 3)."""
+    cfg = run.cfg
+    with torch.no_grad():
+        ref_logp = [run.ref_likelihood.log_prob(t) for t in trajs]
+    update = Update()
+    # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
+    run.agent.policy.eval()
+    desc = f"tpo {it + 1}/{cfg.iterations} epochs"
+    bar = progress_bar(range(cfg.epochs), progress=cfg.progress and bool(pairs), desc=desc, unit="epoch")
+    for _ in bar if pairs else []:
+        perm = torch.randperm(len(pairs), generator=run.generator).tolist()
+        for s in range(0, len(perm), cfg.batch_size):
+            loss, margin = _preference_step(run, trajs, ref_logp, [pairs[j] for j in perm[s : s + cfg.batch_size]])
+            update.losses.append(loss)
+            update.margins.append(margin)
+        bar.set_postfix(loss=f"{np.mean(update.losses[-max(1, len(pairs) // cfg.batch_size) :]):.4f}")
+    return update
+
+
+def _preference_step(run: TPORun, trajs: list[Trajectory], ref_logp: list, chosen: list[tuple[int, int]]):
+    """One gradient step on a batch of (preferred, rejected) pairs; returns its loss and mean margin."""
+    cfg = run.cfg
+    won = [run.likelihood.log_prob(trajs[w], with_l1=True) for w, _ in chosen]
+    lw = torch.stack([x[0] for x in won])
+    ll = torch.stack([run.likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
+    rw = torch.stack([ref_logp[w] for w, _ in chosen])
+    rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
+    loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
+    if cfg.sft_weight:  # imitate the preferred trajectories too (RPO-style anchor)
+        loss = loss + cfg.sft_weight * torch.stack([x[1] for x in won]).mean()
+    run.optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.agent.policy.parameters(), 10.0)
+    run.optimizer.step()
+    return loss.item(), float(((lw - rw) - (ll - rl)).mean().detach())
+
+
+def _iteration_row(it: int, trajs: list[Trajectory], pairs: list, update: Update, t_roll: float, t_train: float):
+    """Iteration ``it``'s row of ``tpo_log.jsonl`` (before its evaluation)."""
+    scores = [t.score for t in trajs]
+    return {
+        "iteration": it + 1,
+        "rollouts": len(trajs),
+        "pairs": len(pairs),
+        "rollout_success_rate": float(np.mean([t.success for t in trajs])),
+        "scores": scores,
+        "score_mean": float(np.mean(scores)),
+        "score_quantiles": [float(q) for q in np.quantile(scores, [0.0, 0.25, 0.5, 0.75, 1.0])],
+        "distance_mean_m": float(np.mean([t.distance for t in trajs])),
+        "loss_first": update.losses[0] if update.losses else None,
+        "loss_last": update.losses[-1] if update.losses else None,
+        "margin_last": update.margins[-1] if update.margins else None,
+        "rollout_time_s": t_roll,
+        "train_time_s": t_train,
+    }
+
+
+def _checkpoint(run: TPORun, it: int, row: dict) -> None:
+    """Save iteration ``it``'s checkpoint, evaluate it in the sim, log the row and plot the log."""
+    cfg, agent = run.cfg, run.agent
+    saved = save_checkpoint(
+        run.store, it + 1, agent.policy, agent.pre, agent.post, run.optimizer, run.generator, run.meta
+    )
+    if cfg.eval_episodes:
+        row.update(_evaluate_in_sim(cfg, run.estimator, saved / MODEL_DIR))
+    run.log.append(row)
+    _write_log(run.log_path, run.log)
+    plot_tpo_log(run.log, run.out / "tpo.png", cfg.select)
+    evaluated = f", sim success {row['eval_success_rate']:.2f}" if "eval_success_rate" in row else ""
+    loss = "no pairs" if row["loss_last"] is None else f"loss {row['loss_first']:.4f} -> {row['loss_last']:.4f}"
+    report(
+        cfg.progress,
+        f"tpo iteration {it + 1}/{cfg.iterations}: {row['rollouts']} rollouts (success "
+        f"{row['rollout_success_rate']:.2f}), {row['pairs']} pairs, {loss}{evaluated}",
+    )
 
 
 def _write_log(path: Path, log: list[dict]) -> None:

@@ -230,7 +230,7 @@ class SimCore:
             self.data.ctrl[self.ctrl_index] = targets[self.ctrl_source] * self.ctrl_sign
             return targets
         cmd = np.asarray(targets, dtype=np.float64)
-        self._effective = backlash_step(self._effective, cmd, self.effects.backlash)
+        self._effective: np.ndarray = backlash_step(self._effective, cmd, self.effects.backlash)
         self._pending.append(self._effective.copy())
         applied = self._pending.popleft()
         self.write_ctrl(applied)

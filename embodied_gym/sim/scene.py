@@ -9,6 +9,7 @@ and (with a different look) the stand-in robot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -26,7 +27,7 @@ CAMERAS: tuple[str, ...] = ("cam_high", "cam_front", "cam_left_wrist", "cam_righ
 
 # Fixed cameras: position and look-at point (world frame, metres); the workspace centre is
 # (0, 0.5, 0) on the table top, the arms' bases at x = ±0.469.
-_FIXED_CAMERAS = {
+_FIXED_CAMERAS: dict[str, dict[str, Any]] = {
     "cam_high": dict(pos=(0.0, 0.15, 1.0), target=(0.0, 0.55, 0.0), fovy=55.0),
     "cam_front": dict(pos=(0.0, -0.15, 0.22), target=(0.0, 0.55, 0.05), fovy=50.0),
 }
@@ -138,6 +139,20 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
     look = look or SceneLook()
     spec = build_arms_spec()
     spec.modelname = f"embodied_aloha_{task.name}"
+    _set_options(spec, look)
+    # gym-aloha's wrist cameras have a known wrong pose; ours replace them.
+    for cam in list(spec.cameras):
+        spec.delete(cam)
+    _add_room(spec, look)
+    _add_fixed_cameras(spec, look)
+    for arm in robot.ARMS:
+        _add_arm_hardware(spec, arm, look)
+    task.add_objects(spec)
+    return spec
+
+
+def _set_options(spec: mujoco.MjSpec, look: SceneLook) -> None:
+    """Physics options and the renderer's quality, headlight and offscreen buffer."""
     spec.option.timestep = TIMESTEP
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     spec.option.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
@@ -149,10 +164,9 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
     spec.visual.global_.offwidth = 1280
     spec.visual.global_.offheight = 960
 
-    # gym-aloha's wrist cameras have a known wrong pose; ours replace them.
-    for cam in list(spec.cameras):
-        spec.delete(cam)
 
+def _add_room(spec: mujoco.MjSpec, look: SceneLook) -> None:
+    """The key light, the floor, the table and (when the look has one) the backdrop."""
     world = spec.worldbody
     world.add_light(
         name="key",
@@ -173,7 +187,7 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
         conaffinity=0,
     )
     table = world.add_body(name="table", pos=(0.0, TABLE_CENTER_Y, -TABLE_HALF[2]))
-    table_look = {"rgba": look.table_rgba}
+    table_look: dict[str, Any] = {"rgba": look.table_rgba}
     if look.table_texture is not None:
         table_look = {"material": _add_texture_material(spec, "table", look.table_texture, (6, 4))}
     table.add_geom(
@@ -190,62 +204,74 @@ def build_scene(task, look: SceneLook | None = None) -> mujoco.MjSpec:
             conaffinity=0,
         )
 
-    def camera_pose(name, pos, quat):
-        dpos, drot = look.camera_offsets.get(name, ((0, 0, 0), (0, 0, 0)))
-        return np.asarray(pos, float) + np.asarray(dpos, float), _offset_quat(quat, drot)
 
+def _camera_pose(look: SceneLook, name: str, pos, quat) -> tuple[np.ndarray, np.ndarray]:
+    """Camera ``name``'s mount ``(pos, quat)`` moved by the look's offset for it, if any."""
+    dpos, drot = look.camera_offsets.get(name, ((0, 0, 0), (0, 0, 0)))
+    return np.asarray(pos, float) + np.asarray(dpos, float), _offset_quat(quat, drot)
+
+
+def _add_fixed_cameras(spec: mujoco.MjSpec, look: SceneLook) -> None:
     for name, c in _FIXED_CAMERAS.items():
-        pos, quat = camera_pose(name, c["pos"], lookat_quat(c["pos"], c["target"]))
-        world.add_camera(name=name, pos=pos, quat=quat, fovy=c["fovy"])
+        pos, quat = _camera_pose(look, name, c["pos"], lookat_quat(c["pos"], c["target"]))
+        spec.worldbody.add_camera(name=name, pos=pos, quat=quat, fovy=c["fovy"])
 
-    for arm in robot.ARMS:
-        gripper = spec.body(f"vx300s_{arm}/gripper_link")
-        gripper.add_site(name=robot.tcp_site(arm), pos=(robot.TCP_OFFSET, 0, 0), size=(0.005, 0, 0), rgba=(0, 0, 0, 0))
-        pos, quat = camera_pose(
-            f"cam_{arm}_wrist", _WRIST_CAMERA["pos"], lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"])
+
+def _add_arm_hardware(spec: mujoco.MjSpec, arm: str, look: SceneLook) -> None:
+    """One arm's tool-centre-point site, wrist camera, joint actuators, finger pads and finger actuators."""
+    gripper = spec.body(f"vx300s_{arm}/gripper_link")
+    gripper.add_site(name=robot.tcp_site(arm), pos=(robot.TCP_OFFSET, 0, 0), size=(0.005, 0, 0), rgba=(0, 0, 0, 0))
+    pos, quat = _camera_pose(
+        look, f"cam_{arm}_wrist", _WRIST_CAMERA["pos"], lookat_quat(_WRIST_CAMERA["pos"], _WRIST_CAMERA["target"])
+    )
+    gripper.add_camera(name=f"cam_{arm}_wrist", pos=pos, quat=quat, fovy=_WRIST_CAMERA["fovy"])
+    _add_arm_actuators(spec, arm)
+    for side, sign in (("left", -1.0), ("right", 1.0)):
+        _add_finger_collision(spec, arm, side, sign)
+    _add_finger_actuators(spec, arm)
+
+
+def _add_arm_actuators(spec: mujoco.MjSpec, arm: str) -> None:
+    """A position actuator per arm joint, limited to the joint's range and Menagerie's force."""
+    for joint, force in zip(robot.ARM_JOINTS, _ARM_FORCE_LIMIT):
+        jname = robot.mjcf_joint(arm, joint)
+        act = spec.add_actuator(
+            name=f"{arm}_{joint}",
+            target=jname,
+            trntype=mujoco.mjtTrn.mjTRN_JOINT,
+            ctrlrange=spec.joint(jname).range,
+            ctrllimited=True,
+            forcerange=(-force, force),
+            forcelimited=True,
         )
-        gripper.add_camera(name=f"cam_{arm}_wrist", pos=pos, quat=quat, fovy=_WRIST_CAMERA["fovy"])
-        for joint, force in zip(robot.ARM_JOINTS, _ARM_FORCE_LIMIT):
-            jname = robot.mjcf_joint(arm, joint)
-            j = spec.joint(jname)
-            act = spec.add_actuator(
-                name=f"{arm}_{joint}",
-                target=jname,
-                trntype=mujoco.mjtTrn.mjTRN_JOINT,
-                ctrlrange=j.range,
-                ctrllimited=True,
-                forcerange=(-force, force),
-                forcelimited=True,
-            )
-            act.set_to_position(kp=1.0)  # real gains come from PhysicsParams
-        for side, sign in (("left", -1.0), ("right", 1.0)):
-            _add_finger_collision(spec, arm, side, sign)
-        for finger, sign in (("left_finger", 1.0), ("right_finger", -1.0)):
-            jname = robot.mjcf_joint(arm, finger)
-            j = spec.joint(jname)
-            j.frictionloss = 0.0
-            j.damping = (_FINGER_DAMPING, 0.0, 0.0)  # MuJoCo 3.8: [linear, 2 higher-order terms]
-            lo, hi = sorted((sign * robot.GRIPPER_CLOSED, sign * robot.GRIPPER_OPEN))
-            act = spec.add_actuator(
-                name=f"{arm}_{finger}",
-                target=jname,
-                trntype=mujoco.mjtTrn.mjTRN_JOINT,
-                ctrlrange=(lo, hi),
-                ctrllimited=True,
-                forcerange=(-_FINGER_FORCE_LIMIT, _FINGER_FORCE_LIMIT),
-                forcelimited=True,
-            )
-            act.set_to_position(kp=1.0, kv=_GRIPPER_KV)
+        act.set_to_position(kp=1.0)  # real gains come from PhysicsParams
 
-    task.add_objects(spec)
-    return spec
+
+def _add_finger_actuators(spec: mujoco.MjSpec, arm: str) -> None:
+    """A damped position actuator per finger, between the closed and open gripper widths."""
+    for finger, sign in (("left_finger", 1.0), ("right_finger", -1.0)):
+        jname = robot.mjcf_joint(arm, finger)
+        j = spec.joint(jname)
+        j.frictionloss = 0.0
+        j.damping = (_FINGER_DAMPING, 0.0, 0.0)  # MuJoCo 3.8: [linear, 2 higher-order terms]
+        lo, hi = sorted((sign * robot.GRIPPER_CLOSED, sign * robot.GRIPPER_OPEN))
+        act = spec.add_actuator(
+            name=f"{arm}_{finger}",
+            target=jname,
+            trntype=mujoco.mjtTrn.mjTRN_JOINT,
+            ctrlrange=(lo, hi),
+            ctrllimited=True,
+            forcerange=(-_FINGER_FORCE_LIMIT, _FINGER_FORCE_LIMIT),
+            forcelimited=True,
+        )
+        act.set_to_position(kp=1.0, kv=_GRIPPER_KV)
 
 
 # Finger collision boxes in the finger body's frame (x forward, y the sliding axis). The mesh's
 # inner face is the plane |y| = 0.0224; its convex hull makes a poor pad (the tip is 1 cm tall and
 # a pinched object pivots), so, like Menagerie, collisions use simple shapes.
-_PAD = dict(x=(0.03, 0.085), z_half=0.011)
-_FINGER_BASE = dict(x=(-0.005, 0.03), z_half=0.03)
+_PAD: dict[str, Any] = dict(x=(0.03, 0.085), z_half=0.011)
+_FINGER_BASE: dict[str, Any] = dict(x=(-0.005, 0.03), z_half=0.03)
 _FINGER_Y = (0.0224, -0.002)  # inner face, outer face (for the left finger; mirrored for the right)
 PAD_FRICTION = (1.0, 0.02, 0.0001)  # soft pads resist twisting: torsional coefficient 2 cm
 

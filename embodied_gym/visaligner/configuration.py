@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -109,6 +110,7 @@ def preset(name: str, **overrides) -> VisAlignerConfig:
       and ``vae/``; ``pretrained_path``), 256x320 frames, 14-frame clips, bf16, gradient
       checkpointing; ``conv_in`` gets one zero-initialised channel for the mask.
     """
+    cfg: dict[str, Any]
     if name == "tiny":
         cfg = {}
     elif name == "svd":

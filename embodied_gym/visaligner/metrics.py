@@ -168,7 +168,8 @@ def train_local3d(
     """Train :class:`Local3DFeatureNet` to tell real clips, sim-render clips and temporally
     shuffled real clips apart; save it (safetensors) to ``path``; return its hash."""
     from safetensors.torch import save_file
-    from tqdm import tqdm
+
+    from embodied_gym.progress import progress_bar
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -177,7 +178,7 @@ def train_local3d(
     net = Local3DFeatureNet()
     opt = torch.optim.AdamW(net.parameters(), lr=2e-3)
     loss_v, acc = float("nan"), float("nan")
-    for _ in tqdm(range(steps), desc="FD-local3D net", disable=not progress):
+    for _ in progress_bar(range(steps), progress=progress, desc="FD-local3D net"):
         k = batch // 3
         r = real[rng.integers(len(real), size=k)]
         s = sim[rng.integers(len(sim), size=k)]
@@ -261,7 +262,7 @@ class LPIPS:
                     out.append(x / (x.norm(dim=1, keepdim=True) + 1e-10))
             return out
 
-        total = 0.0
+        total = torch.zeros(())
         for fa, fb, w in zip(feats(a), feats(b), self.lins):
             total = total + torch.nn.functional.conv2d((fa - fb) ** 2, w).mean(dim=(1, 2, 3))
         return float(total.mean())

@@ -30,7 +30,7 @@ from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.modeling_utils import ModelMixin
 from diffusers.models.resnet import AlphaBlender
 
-from embodied_gym.visaligner.presets import VisAlignerConfig
+from embodied_gym.visaligner.configuration import VisAlignerConfig
 
 MOTION_BUCKET_ID = 127
 
@@ -110,6 +110,8 @@ def widen_conv_in(unet: UNetSpatioTemporalConditionModel, in_channels: int) -> U
         dtype=old.weight.dtype,
         device=old.weight.device,
     )
+    if new.bias is None:
+        raise RuntimeError("the widened conv_in was made without a bias")
     with torch.no_grad():
         new.weight.zero_()
         new.weight[:, : old.in_channels] = old.weight

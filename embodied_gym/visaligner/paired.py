@@ -136,9 +136,9 @@ def build_paired_episodes(
 ) -> list[PairedEpisode]:
     """Paired episodes of a recorded dataset (see the module docstring)."""
     import gymnasium as gym
-    from tqdm import tqdm
 
     import embodied_gym
+    from embodied_gym.progress import progress_bar
 
     ds = open_dataset(root)
     task = task or ds.require_task()
@@ -149,7 +149,7 @@ def build_paired_episodes(
     env = gym.make(embodied_gym.env_id(task), obs_type="state", physics=physics, terminate_on_success=False)
     out = []
     try:
-        for ep in tqdm(recorded, desc="paired replay", unit="ep", disable=not progress):
+        for ep in progress_bar(recorded, progress=progress, desc="paired replay", unit="ep"):
             real = frames[ep.index]
             sim, sim_mask = replay_render(ep, env, camera, real.shape[1:3])
             out.append(PairedEpisode(ep.index, real, sim, sim_mask, masker(real, sim_mask)))
@@ -164,7 +164,7 @@ def save_paired(path: str | os.PathLike, episodes: list[PairedEpisode], meta: di
     for ep in episodes:
         for k in ("real", "sim", "sim_mask", "real_mask"):
             arrays[f"{ep.index}/{k}"] = getattr(ep, k)
-    write_npz(path, **arrays)
+    write_npz(path, compressed=True, **arrays)
 
 
 def load_paired(path: str | os.PathLike) -> tuple[list[PairedEpisode], dict]:

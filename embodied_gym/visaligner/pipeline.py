@@ -7,7 +7,7 @@ starts at the last frame of chunk k and uses that *generated* frame as its refer
 chunked autoregression, arXiv 2507.05198 §2), so chunks overlap by one frame and each one adds N-1
 new frames.
 
-The pipeline is inference only; the diffusion loss lives in :mod:`embodied_gym.visaligner.train`.
+The pipeline is inference only; the diffusion loss lives in :mod:`embodied_gym.visaligner.training`.
 
 **The model folder** is written by diffusers' ``DiffusionPipeline.save_pretrained``:
 ``model_index.json`` (``_class_name`` ``"VisAlignerPipeline"``, each component as a
@@ -15,7 +15,7 @@ The pipeline is inference only; the diffusion loss lives in :mod:`embodied_gym.v
 ``frame_stride``, ``use_masks``, ``fps``, ``num_inference_steps``), ``vae/``, ``unet/``,
 ``reference_encoder/`` (diffusers model folders, safetensors weights), ``scheduler/`` and, when the
 pipeline has one, ``reference.png`` (the default real reference). ``visaligner_config.json``, when
-present, is the trainer's record of its :class:`~embodied_gym.visaligner.presets.VisAlignerConfig`
+present, is the trainer's record of its :class:`~embodied_gym.visaligner.configuration.VisAlignerConfig`
 (read back only for folders of the old layout, below).
 
 **Loading.**
@@ -32,7 +32,7 @@ present, is the trainer's record of its :class:`~embodied_gym.visaligner.presets
   with ``file.py`` beside it, or ``custom_pipeline=``), which it runs only with
   ``trust_remote_code=True``; we never use that. A component's library is imported only when it is
   one diffusers loads from (``diffusers``, ``transformers``, ...); any other library name, such as
-  ``embodied_gym.visaligner.model`` for our ``ReferenceEncoder``, must already be imported by the
+  ``embodied_gym.visaligner.modeling`` for our ``ReferenceEncoder``, must already be imported by the
   caller. So importing this module registers ``VisAlignerPipeline`` as ``diffusers.VisAlignerPipeline``
   (nothing else in diffusers' namespace is touched), and our :meth:`extract_init_dict` (which
   diffusers calls with the folder's ``model_index.json`` before it loads any component) runs the
@@ -56,14 +56,14 @@ from diffusers.utils import BaseOutput
 
 from embodied_gym.atomic import atomic_path
 from embodied_gym.visaligner.conditioning import condition_video
-from embodied_gym.visaligner.model import (
+from embodied_gym.visaligner.configuration import VisAlignerConfig
+from embodied_gym.visaligner.modeling import (
     ReferenceEncoder,
     build_models,
     denoiser_output,
     make_scheduler,
     temporal_layers_off,
 )
-from embodied_gym.visaligner.presets import VisAlignerConfig
 
 __all__ = [
     "ALLOWED_COMPONENTS",
@@ -165,7 +165,7 @@ def _read_png(path: Path) -> np.ndarray:
     return np.ascontiguousarray(image[..., ::-1])
 
 
-def _resize(frames: np.ndarray, size: tuple[int, int], nearest: bool = False) -> np.ndarray:
+def _resize(frames: np.ndarray, size: tuple[int, ...], nearest: bool = False) -> np.ndarray:
     import cv2
 
     if frames.shape[1:3] == tuple(size):
@@ -189,6 +189,24 @@ class VisAlignerPipelineOutput(BaseOutput):
     frames: np.ndarray | torch.Tensor | list
 
 
+@contextlib.contextmanager
+def _loading_bar_on_terminal_only():
+    """diffusers draws a "Loading pipeline components" bar on every load (the TPO and eval workers load
+    a model each): switch its bars off while loading when stderr is not a terminal, as ours are."""
+    from diffusers.utils import logging as diffusers_logging
+
+    from embodied_gym.progress import on_terminal
+
+    if on_terminal() or not diffusers_logging.is_progress_bar_enabled():
+        yield
+        return
+    diffusers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        diffusers_logging.enable_progress_bar()
+
+
 class VisAlignerPipeline(DiffusionPipeline):
     """Sim render + object masks + a real reference image -> the real camera's video.
 
@@ -197,7 +215,7 @@ class VisAlignerPipeline(DiffusionPipeline):
             condition frames and decodes generated latents.
         unet: ``UNetSpatioTemporalConditionModel`` with ``2 * latent_channels + 1`` input channels
             (noisy latent, condition latent, object mask).
-        reference_encoder: :class:`~embodied_gym.visaligner.model.ReferenceEncoder`, the
+        reference_encoder: :class:`~embodied_gym.visaligner.modeling.ReferenceEncoder`, the
             cross-attention tokens of the reference latent.
         scheduler: a diffusers scheduler (DDIM as trained; see :data:`ALLOWED_COMPONENTS`).
         image_size: ``(H, W)`` the networks work at; frames of another size are resized in and out.
@@ -283,7 +301,8 @@ class VisAlignerPipeline(DiffusionPipeline):
             return cls._from_old_layout(path, index, kwargs.pop("torch_dtype", None))
         check_model_index(index, path / "model_index.json")
         kwargs.update(local_files_only=True, trust_remote_code=False, use_safetensors=True)
-        return super().from_pretrained(path, **kwargs)
+        with _loading_bar_on_terminal_only():
+            return super().from_pretrained(path, **kwargs)
 
     @classmethod
     def extract_init_dict(cls, config_dict, **kwargs):
@@ -299,7 +318,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         ``model_index.json`` and the settings in ``visaligner_config.json``."""
         import diffusers
 
-        from embodied_gym.visaligner import model as model_module
+        from embodied_gym.visaligner import modeling as model_module
 
         if not (path / CONFIG_NAME).is_file():
             raise FileNotFoundError(
@@ -383,8 +402,8 @@ class VisAlignerPipeline(DiffusionPipeline):
         device, dtype = self._execution_device, self.unet.dtype
         if masks is None or not self.config.use_masks:
             return torch.zeros(n, 1, h, w, device=device, dtype=dtype)
-        m = _resize(np.asarray(masks, dtype=np.uint8), self.config.image_size, nearest=True)
-        m = torch.from_numpy(m).to(device, torch.float32)[:, None]
+        resized = _resize(np.asarray(masks, dtype=np.uint8), self.config.image_size, nearest=True)
+        m = torch.from_numpy(resized).to(device, torch.float32)[:, None]
         return F.adaptive_max_pool2d(m, (h, w)).to(dtype)
 
     def condition_latents(self, reference: np.ndarray, sim_frames: np.ndarray, masks: np.ndarray | None):
@@ -506,6 +525,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         latents = self.sample_latents(
             torch.stack(conds), torch.stack(mask_lats), num_inference_steps, generator, temporal
         )
+        frames: np.ndarray | torch.Tensor | list  # as VisAlignerPipelineOutput.frames
         if output_type == "latent":
             frames = latents
         else:
@@ -570,7 +590,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         """Several episodes at once (any lengths): chunk k of every episode that has one is denoised in
         one batch. With ``generator`` a list (one per episode) every episode's frames are the same as
         when generated alone, whatever it is batched with."""
-        from tqdm import tqdm
+        from embodied_gym.progress import progress_bar
 
         sims = [np.asarray(s) for s in sim_videos]
         masks = list(masks) if masks is not None else [None] * len(sims)
@@ -579,7 +599,7 @@ class VisAlignerPipeline(DiffusionPipeline):
         for out, ref in zip(outs, references):
             out[0] = ref
         starts = [list(range(0, max(len(s) - 1, 1), n - 1)) for s in sims]
-        for k in tqdm(range(max(map(len, starts))), desc="visaligner chunks", unit="chunk", disable=not progress):
+        for k in progress_bar(range(max(map(len, starts))), progress=progress, desc="visaligner chunks", unit="chunk"):
             groups: dict[int, list[tuple[int, int, int]]] = {}  # clip length -> (episode, start, end)
             for i, s in enumerate(sims):
                 if k < len(starts[i]):

@@ -15,7 +15,7 @@ Stages, all in ``out/``:
    ``sample_every`` steps. ``loss.jsonl`` and ``loss.png``: the loss log.
 4. ``model/``: the final :class:`~embodied_gym.visaligner.pipeline.VisAlignerPipeline` (diffusers'
    ``save_pretrained`` layout, with ``reference.png``) and ``visaligner_config.json``, the
-   :class:`~embodied_gym.visaligner.presets.VisAlignerConfig` it was trained with.
+   :class:`~embodied_gym.visaligner.configuration.VisAlignerConfig` it was trained with.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,20 +34,21 @@ import torch.nn.functional as F
 
 from embodied_gym.atomic import atomic_dir, save_figure
 from embodied_gym.checkpoints import CheckpointStore
-from embodied_gym.configs import setting
+from embodied_gym.configs import require, setting
+from embodied_gym.progress import progress_bar, report
 from embodied_gym.visaligner.conditioning import condition_video
-from embodied_gym.visaligner.model import denoiser_output
+from embodied_gym.visaligner.configuration import VisAlignerConfig, preset
+from embodied_gym.visaligner.modeling import denoiser_output
 from embodied_gym.visaligner.paired import PairedEpisode, crop_paired, paired_episodes_cached
 from embodied_gym.visaligner.pipeline import CONFIG_NAME, VisAlignerPipeline, build_pipeline, save_png
-from embodied_gym.visaligner.presets import VisAlignerConfig, preset
 
-__all__ = ["TrainConfig", "diffusion_loss", "sample_clips", "save_png", "train", "train_vae"]
+__all__ = ["VisAlignerTrainConfig", "diffusion_loss", "sample_clips", "save_png", "train", "train_vae"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainConfig:
+class VisAlignerTrainConfig:
     """What :func:`train` does; ``model`` overrides fields of the preset's :class:`VisAlignerConfig`.
     Also the ``embodied-gym visaligner train`` command line and its ``--config`` YAML."""
 
@@ -209,18 +211,21 @@ def plot_loss(rows: list[dict], path: str | os.PathLike) -> None:
 
 
 def train_vae(
-    pipe: VisAlignerPipeline, episodes: list[PairedEpisode], tc: TrainConfig, accelerator, loss_rows: list[dict]
+    pipe: VisAlignerPipeline,
+    episodes: list[PairedEpisode],
+    tc: VisAlignerTrainConfig,
+    accelerator,
+    loss_rows: list[dict],
 ) -> None:
     """Fit the tiny preset's AutoencoderKL (``pipe.vae``, trained in place) on real, sim and
     condition frames, then set its ``scaling_factor`` to 1/std of the latents."""
-    from tqdm import tqdm
-
     frames = np.concatenate([x for ep in episodes for x in (ep.real, condition_video(ep.sim[0], ep.sim, ep.sim_mask))])
     rng = np.random.default_rng(tc.seed)
     vae = pipe.vae.train()
     opt = torch.optim.AdamW(vae.parameters(), lr=tc.vae_lr, weight_decay=0.0)
     vae, opt = accelerator.prepare(vae, opt)
-    bar = tqdm(range(tc.vae_steps), desc="vae", disable=not (tc.progress and accelerator.is_main_process))
+    show = tc.progress and accelerator.is_main_process
+    bar = progress_bar(range(tc.vae_steps), progress=show, desc="vae")
     for step in bar:
         x = torch.from_numpy(frames[rng.integers(len(frames), size=tc.vae_batch_size)]).to(accelerator.device)
         x = x.permute(0, 3, 1, 2).float() / 127.5 - 1
@@ -232,13 +237,40 @@ def train_vae(
         opt.step()
         loss_rows.append({"stage": "vae", "step": step, "loss": loss.item()})
         bar.set_postfix(loss=f"{loss_rows[-1]['loss']:.4f}")
+        if (step + 1) % max(1, tc.vae_steps // 10) == 0 or step + 1 == tc.vae_steps:
+            report(show, f"visaligner vae step {step + 1}/{tc.vae_steps}: loss {loss_rows[-1]['loss']:.4f}")
     pipe.vae.eval().requires_grad_(False)  # the module ``vae`` wraps: trained in place
     pipe.vae.register_to_config(scaling_factor=1.0)
     z = pipe.encode_frames(frames[rng.integers(len(frames), size=min(len(frames), 256))])
     pipe.vae.register_to_config(scaling_factor=float(1.0 / z.float().std()))
 
 
-def train(tc: TrainConfig) -> VisAlignerPipeline:
+@dataclass
+class TrainRun:
+    """What the denoiser loop of :func:`train` carries from one step to the next (built by :func:`_setup`)."""
+
+    tc: VisAlignerTrainConfig
+    cfg: VisAlignerConfig
+    out: Path
+    accelerator: Any
+    episodes: list[PairedEpisode]
+    store: CheckpointStore
+    pipe: VisAlignerPipeline  # the plain networks: sampled and saved
+    unet: Any  # the pipeline's UNet and reference encoder as ``accelerator.prepare`` returns them: trained
+    reference_encoder: Any
+    opt: Any
+    params: list  # the trained parameters (UNet and reference encoder)
+    latents: list[EpisodeLatents]
+    rng: np.random.Generator  # the clip sampler's
+    start_step: int
+    loss_rows: list[dict]  # the loss log: VAE steps, then denoiser steps
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+
+def train(tc: VisAlignerTrainConfig) -> VisAlignerPipeline:
     """Train VisAligner (see the module docstring); returns the final pipeline.
 
     The pipeline holds the plain networks for sampling and saving; the loss runs on the networks
@@ -248,47 +280,108 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
         ValueError: the checkpoint in ``out`` was trained with another model configuration.
         FileNotFoundError: the checkpoint in ``out`` lacks the ``visaligner_config.json`` it was trained with.
     """
-    from accelerate import Accelerator
-    from tqdm import tqdm
+    run = _setup(tc)
+    bar = progress_bar(
+        range(run.start_step, tc.steps),
+        progress=tc.progress and run.main,
+        desc="visaligner",
+        initial=run.start_step,
+        total=tc.steps,
+    )
+    with open(run.out / "loss.jsonl", "a") as loss_log:
+        for step in bar:
+            row = {"stage": "unet", "step": step + 1, "loss": _train_step(run), "time": time.time()}
+            run.loss_rows.append(row)
+            if run.main:
+                loss_log.write(json.dumps(row) + "\n")
+                bar.set_postfix(loss=f"{row['loss']:.4f}")
+                _samples_and_checkpoint(run, step + 1, loss_log)
+    return _finish(run)
 
+
+def _setup(tc: VisAlignerTrainConfig) -> TrainRun:
+    """The accelerator, the paired episodes, the pipeline (resumed, or built with its VAE trained), the
+    frozen VAE's latents and the optimizer."""
     if not tc.dataset or not tc.out:
         raise ValueError("VisAligner training needs a dataset and an output folder (--dataset DIR --out DIR)")
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
-
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = preset(tc.preset, **tc.model)
+    accelerator = _accelerator(tc, cfg)
+    torch.manual_seed(tc.seed + accelerator.process_index)
+    episodes = _paired_episodes(tc, cfg, accelerator)
+    store = CheckpointStore(out, unit="step", keep=1)
+    pipe, opt_state, start_step, loss_rows = _resume_or_build(tc, cfg, store, accelerator, episodes)
+    pipe.to(accelerator.device)
+    pipe.vae.eval().requires_grad_(False)
+    if cfg.gradient_checkpointing:
+        pipe.unet.enable_gradient_checkpointing()
+    show = tc.progress and accelerator.is_main_process
+    latents = [
+        episode_latents(pipe, cfg, ep) for ep in progress_bar(episodes, progress=show, desc="latents", unit="ep")
+    ]
+    params = list(pipe.unet.parameters()) + list(pipe.reference_encoder.parameters())
+    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=1e-4)
+    if opt_state is not None:
+        opt.load_state_dict(torch.load(opt_state, map_location="cpu", weights_only=True))
+    pipe.unet.train()
+    pipe.reference_encoder.train()
+    # the loss runs on what prepare returns; the pipeline keeps the plain modules (same parameters)
+    unet_t, ref_t, opt = accelerator.prepare(pipe.unet, pipe.reference_encoder, opt)
+    (out / "samples").mkdir(exist_ok=True)
+    return TrainRun(
+        tc=tc,
+        cfg=cfg,
+        out=out,
+        accelerator=accelerator,
+        episodes=episodes,
+        store=store,
+        pipe=pipe,
+        unet=unet_t,
+        reference_encoder=ref_t,
+        opt=opt,
+        params=params,
+        latents=latents,
+        rng=np.random.default_rng([tc.seed, accelerator.process_index, start_step]),
+        start_step=start_step,
+        loss_rows=loss_rows,
+    )
+
+
+def _accelerator(tc: VisAlignerTrainConfig, cfg: VisAlignerConfig):
+    """accelerate's ``Accelerator`` on ``tc.device`` (mixed precision on a GPU only)."""
+    from accelerate import Accelerator
+
     if tc.device == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             "VisAligner training: device cuda, but torch sees no GPU (torch.cuda.is_available() is "
             "False); use --device cpu, or a CUDA build of torch on a GPU machine"
         )
     on_cpu = tc.device == "cpu" or not torch.cuda.is_available()
-    accelerator = Accelerator(cpu=tc.device == "cpu", mixed_precision="no" if on_cpu else cfg.mixed_precision)
-    torch.manual_seed(tc.seed + accelerator.process_index)
+    return Accelerator(cpu=tc.device == "cpu", mixed_precision="no" if on_cpu else cfg.mixed_precision)
+
+
+def _paired_episodes(tc: VisAlignerTrainConfig, cfg: VisAlignerConfig, accelerator) -> list[PairedEpisode]:
+    """The paired episodes (built by the main process, read by the others), cut to ``cfg.crop``."""
+
+    def cached(progress: bool) -> list[PairedEpisode]:
+        return paired_episodes_cached(
+            require(tc.dataset, "dataset"),
+            Path(require(tc.out, "out")) / "paired.npz",
+            tc.camera,
+            episodes=tc.episodes,
+            physics=tc.physics,
+            sam_checkpoint=tc.sam_checkpoint,
+            progress=progress,
+        )
 
     if accelerator.is_main_process:
-        episodes = paired_episodes_cached(
-            tc.dataset,
-            out / "paired.npz",
-            tc.camera,
-            episodes=tc.episodes,
-            physics=tc.physics,
-            sam_checkpoint=tc.sam_checkpoint,
-            progress=tc.progress,
-        )
+        episodes = cached(tc.progress)
     accelerator.wait_for_everyone()
     if not accelerator.is_main_process:
-        episodes = paired_episodes_cached(
-            tc.dataset,
-            out / "paired.npz",
-            tc.camera,
-            episodes=tc.episodes,
-            physics=tc.physics,
-            sam_checkpoint=tc.sam_checkpoint,
-            progress=False,
-        )
+        episodes = cached(False)
     if cfg.crop is not None:  # replayed and masked whole, then cut: the masker sees the whole frame
         episodes = [crop_paired(ep, cfg.crop) for ep in episodes]
     frame_size = tuple(episodes[0].real.shape[1:3])
@@ -299,14 +392,17 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             f" (crop {cfg.crop})" if cfg.crop else "",
             cfg.image_size,
         )
+    return episodes
 
-    store = CheckpointStore(out, unit="step", keep=1)
+
+def _resume_or_build(tc: VisAlignerTrainConfig, cfg: VisAlignerConfig, store: CheckpointStore, accelerator, episodes):
+    """The pipeline of the checkpoint in ``tc.out`` with its optimizer state file, step and loss log; or
+    a new pipeline (its VAE trained, or read from ``out/vae``), no optimizer state, step 0."""
+    out = Path(require(tc.out, "out"))
     latest = store.latest()
     # out/checkpoints/<step> (one scheme for every trainer); out/checkpoint is the layout before it
     ckpt = latest.path if latest is not None else out / "checkpoint"
     state_path = ckpt / "trainer_state.json"
-    loss_rows: list[dict] = []
-    start_step = 0
     if state_path.exists():
         if not (ckpt / CONFIG_NAME).exists():
             raise FileNotFoundError(
@@ -317,98 +413,81 @@ def train(tc: TrainConfig) -> VisAlignerPipeline:
             raise ValueError(f"{ckpt} was trained with another model config; use a new --out or delete it")
         pipe = VisAlignerPipeline.from_pretrained(ckpt)
         state = json.loads(state_path.read_text())
-        start_step, loss_rows = state["step"], state["loss"]
-        log.info("resuming from %s at step %d", ckpt, start_step)
-    else:
-        pipe = build_pipeline(cfg).to(accelerator.device)
-        if cfg.preset == "tiny":
-            vae_dir = out / "vae"
-            if (vae_dir / "config.json").exists():
-                pipe.vae = type(pipe.vae).from_pretrained(vae_dir, local_files_only=True).to(accelerator.device)
-            else:
-                train_vae(pipe, episodes, tc, accelerator, loss_rows)
-                if accelerator.is_main_process:
-                    with atomic_dir(vae_dir) as d:
-                        pipe.vae.save_pretrained(d, safe_serialization=True)
-                    (out / "vae_loss.json").write_text(json.dumps(loss_rows))
-            if (out / "vae_loss.json").exists():
-                loss_rows = json.loads((out / "vae_loss.json").read_text())
-    pipe.to(accelerator.device)
-    vae, unet, ref, scheduler = pipe.vae, pipe.unet, pipe.reference_encoder, pipe.scheduler
-    vae.eval().requires_grad_(False)
-    if cfg.gradient_checkpointing:
-        unet.enable_gradient_checkpointing()
-
-    latents = [
-        episode_latents(pipe, cfg, ep)
-        for ep in tqdm(episodes, desc="latents", unit="ep", disable=not (tc.progress and accelerator.is_main_process))
-    ]
-    params = list(unet.parameters()) + list(ref.parameters())
-    opt = torch.optim.AdamW(params, lr=tc.lr, weight_decay=1e-4)
-    if state_path.exists():
-        opt.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=True))
-    unet.train()
-    ref.train()
-    # the loss runs on what prepare returns; the pipeline keeps the plain modules (same parameters)
-    unet_t, ref_t, opt = accelerator.prepare(unet, ref, opt)
-    rng = np.random.default_rng([tc.seed, accelerator.process_index, start_step])
-    samples = out / "samples"
-    samples.mkdir(exist_ok=True)
-
-    def save_checkpoint(step):
-        def write(d):
-            pipe.save_pretrained(d)
-            cfg.save(d / CONFIG_NAME)
-            torch.save(opt.state_dict(), d / "optimizer.pt")
-            (d / "trainer_state.json").write_text(json.dumps({"step": step, "loss": loss_rows}))
-
-        store.save(step, write)
-
-    bar = tqdm(
-        range(start_step, tc.steps),
-        desc="visaligner",
-        initial=start_step,
-        total=tc.steps,
-        disable=not (tc.progress and accelerator.is_main_process),
-    )
-    with open(out / "loss.jsonl", "a") as loss_log:
-        for step in bar:
-            tgt, cond, mask = (x.to(accelerator.device) for x in sample_clips(latents, cfg, tc.batch_size, rng))
-            with accelerator.autocast():
-                loss = diffusion_loss(unet_t, ref_t, scheduler, tgt, cond, mask, cfg.fps)
-            opt.zero_grad()
-            accelerator.backward(loss)
-            accelerator.clip_grad_norm_(params, 1.0)
-            opt.step()
-            loss_value = loss.item()
-            row = {"stage": "unet", "step": step + 1, "loss": loss_value, "time": time.time()}
-            loss_rows.append(row)
+        log.info("resuming from %s at step %d", ckpt, state["step"])
+        return pipe, ckpt / "optimizer.pt", state["step"], state["loss"]
+    pipe = build_pipeline(cfg).to(accelerator.device)
+    loss_rows: list[dict] = []
+    if cfg.preset == "tiny":
+        vae_dir = out / "vae"
+        if (vae_dir / "config.json").exists():
+            pipe.vae = type(pipe.vae).from_pretrained(vae_dir, local_files_only=True).to(accelerator.device)
+        else:
+            train_vae(pipe, episodes, tc, accelerator, loss_rows)
             if accelerator.is_main_process:
-                loss_log.write(json.dumps(row) + "\n")
-                bar.set_postfix(loss=f"{loss_value:.4f}")
-                done = step + 1
-                if done % tc.sample_every == 0 or done == tc.steps:
-                    unet.eval()
-                    ref.eval()
-                    write_samples(pipe, cfg, episodes[0], str(samples / f"step_{done:06d}"), tc.sample_steps, tc.seed)
-                    unet.train()
-                    ref.train()
-                if done % tc.checkpoint_every == 0 or done == tc.steps:
-                    loss_log.flush()
-                    save_checkpoint(done)
-                    plot_loss(loss_rows, out / "loss.png")
-    accelerator.wait_for_everyone()
-    unet.eval()
-    ref.eval()
-    pipe.reference_image = episodes[0].real[0]  # the default reference of `render` (reference.png)
-    if accelerator.is_main_process:
+                with atomic_dir(vae_dir) as d:
+                    pipe.vae.save_pretrained(d, safe_serialization=True)
+                (out / "vae_loss.json").write_text(json.dumps(loss_rows))
+        if (out / "vae_loss.json").exists():
+            loss_rows = json.loads((out / "vae_loss.json").read_text())
+    return pipe, None, 0, loss_rows
 
-        def write_model(d):
+
+def _train_step(run: TrainRun) -> float:
+    """One optimiser step of the diffusion loss on a batch of clips; returns the loss."""
+    accelerator, cfg = run.accelerator, run.cfg
+    clips = sample_clips(run.latents, cfg, run.tc.batch_size, run.rng)
+    tgt, cond, mask = (x.to(accelerator.device) for x in clips)
+    with accelerator.autocast():
+        loss = diffusion_loss(run.unet, run.reference_encoder, run.pipe.scheduler, tgt, cond, mask, cfg.fps)
+    run.opt.zero_grad()
+    accelerator.backward(loss)
+    accelerator.clip_grad_norm_(run.params, 1.0)
+    run.opt.step()
+    return loss.item()
+
+
+def _samples_and_checkpoint(run: TrainRun, done: int, loss_log) -> None:
+    """After ``done`` steps (main process): the sample grid every ``sample_every`` steps, the checkpoint
+    and the loss plot every ``checkpoint_every`` steps, both at the last step."""
+    tc, pipe = run.tc, run.pipe
+    last = done == tc.steps
+    if done % tc.sample_every == 0 or last:
+        pipe.unet.eval()
+        pipe.reference_encoder.eval()
+        stem = str(run.out / "samples" / f"step_{done:06d}")
+        write_samples(pipe, run.cfg, run.episodes[0], stem, tc.sample_steps, tc.seed)
+        pipe.unet.train()
+        pipe.reference_encoder.train()
+    if done % tc.checkpoint_every == 0 or last:
+        loss_log.flush()
+        _save_checkpoint(run, done)
+        plot_loss(run.loss_rows, run.out / "loss.png")
+        report(tc.progress, f"visaligner step {done}/{tc.steps}: loss {run.loss_rows[-1]['loss']:.4f}")
+
+
+def _save_checkpoint(run: TrainRun, step: int) -> None:
+    """``out/checkpoints/<step>``: the pipeline, its config, the optimizer and the step with the loss log."""
+
+    def write(d):
+        run.pipe.save_pretrained(d)
+        run.cfg.save(d / CONFIG_NAME)
+        torch.save(run.opt.state_dict(), d / "optimizer.pt")
+        (d / "trainer_state.json").write_text(json.dumps({"step": step, "loss": run.loss_rows}))
+
+    run.store.save(step, write)
+
+
+def _finish(run: TrainRun) -> VisAlignerPipeline:
+    """Write ``out/model`` (the pipeline with its reference image and config) and the loss plot."""
+    run.accelerator.wait_for_everyone()
+    pipe = run.pipe
+    pipe.unet.eval()
+    pipe.reference_encoder.eval()
+    pipe.reference_image = run.episodes[0].real[0]  # the default reference of `render` (reference.png)
+    if run.main:
+        with atomic_dir(run.out / "model") as d:
             pipe.save_pretrained(d)
-            cfg.save(d / CONFIG_NAME)
-
-        with atomic_dir(out / "model") as d:
-            write_model(d)
-        if loss_rows:
-            plot_loss(loss_rows, out / "loss.png")
+            run.cfg.save(d / CONFIG_NAME)
+        if run.loss_rows:
+            plot_loss(run.loss_rows, run.out / "loss.png")
     return pipe

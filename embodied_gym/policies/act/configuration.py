@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from embodied_gym.configs import setting
 
@@ -33,8 +34,9 @@ class ACTPreset:
     image_size: tuple[int, int] | None  # (H, W) images are resized to; None = as recorded
     vision_backbone: str = "resnet18"
     #: ACT's conditional-VAE objective (a style latent from a transformer over the action chunk). With
-    #: scripted demonstrations the latent collapses (its KL term fell from 0.26 to 2e-6 over 10000 steps in the
-    #: quick demo) and the VAE encoder is about half of a state-only step's compute; False drops it
+    #: scripted demonstrations the latent collapses (they hold one style, so its KL term falls to about nothing)
+    #: and the VAE encoder is a large share of a state-only step's compute (BENCHMARKS.md, "ACT without its
+    #: VAE"); False drops it
     #: (LeRobot ``ACTConfig.use_vae``; the latent is then zero, as at inference)
     use_vae: bool = True
     #: "constant" (ACT's) or "cosine": a linear warm-up over ``warmup_steps`` (at most a tenth of ``steps``),
@@ -58,11 +60,11 @@ LR_SCHEDULES = ("constant", "cosine")
 
 
 PRESETS: dict[str, ACTPreset] = {
-    # Sized for a shared 2-core CPU: ~0.3 s per step with one 72x96 camera (ResNet-18 dominates). Images
-    # are used as recorded: resizing changes what a few-pixel object looks like (and, between sizes of
-    # another aspect ratio, its shape), so record at the size to train at. lr 3e-4 with a cosine decay:
-    # on PickCup from joint state + the true cup position (200 demos, 8000 steps of batch 32) it reached
-    # 90 % in the sim against 73 % with a constant 1e-4 (benchmarks/act_ceiling.py, docs/policies.md).
+    # Sized for a shared 2-core CPU (with a camera, ResNet-18 dominates a step). Images are used as
+    # recorded: resizing changes what a few-pixel object looks like (and, between sizes of another
+    # aspect ratio, its shape), so record at the size to train at. lr 3e-4 with a cosine decay: it
+    # learns PickCup from joint state + the true cup position better than ACT's constant 1e-4
+    # (BENCHMARKS.md, "ACT's learning rate"; benchmarks/act_ceiling.py).
     "cpu": ACTPreset(
         chunk_size=20,
         n_action_steps=10,
@@ -184,7 +186,8 @@ class ACTTrainConfig:
         for name in ("steps", "batch_size", "lr", "lr_schedule", "chunk_size", "n_action_steps", "image_size"):
             value = getattr(self, name)
             if value is not None:
-                p = replace(p, **{name: tuple(value) if name == "image_size" else value})
+                change: dict[str, Any] = {name: tuple(value) if name == "image_size" else value}
+                p = replace(p, **change)
         if p.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"unknown ACT lr_schedule {p.lr_schedule!r}; choose one of {list(LR_SCHEDULES)}")
         if self.n_action_steps is None and p.n_action_steps > p.chunk_size:

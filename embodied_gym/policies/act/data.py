@@ -93,7 +93,7 @@ def load_training_frames(
     """Decode ``episodes`` (all by default) of the dataset once: images (resized), state, action
     chunks with LeRobot's padding rule (indices past the episode's end repeat its last action and
     are flagged ``action_is_pad``), and ``observation.environment_state`` when ``env_state``."""
-    from tqdm import tqdm
+    from embodied_gym.progress import progress_bar
 
     hf = ds.table(episodes)
     ep_index = np.asarray(hf["episode_index"])
@@ -102,9 +102,10 @@ def load_training_frames(
     n = len(ep_index)
     chunks = torch.empty(n, chunk_size, action.shape[1])
     pad = torch.empty(n, chunk_size, dtype=torch.bool)
-    images = {F.image_key(c): [] for c in cameras}
+    images: dict[str, list[torch.Tensor]] = {F.image_key(c): [] for c in cameras}
     order = []
-    for ep in tqdm(list(dict.fromkeys(ep_index.tolist())), desc="decoding dataset", unit="ep", disable=not progress):
+    in_order = list(dict.fromkeys(ep_index.tolist()))
+    for ep in progress_bar(in_order, progress=progress, desc="decoding dataset", unit="ep"):
         rows = np.flatnonzero(ep_index == ep)
         order.append(rows)
         offsets = np.arange(chunk_size)

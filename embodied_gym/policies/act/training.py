@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from embodied_gym import atomic
 from embodied_gym.checkpoints import CheckpointStore
+from embodied_gym.configs import require
 from embodied_gym.data import features as F
 from embodied_gym.data.reader import open_dataset
 from embodied_gym.policies.act.checkpoints import load_training_state, save_checkpoint
 from embodied_gym.policies.act.configuration import ACTTrainConfig
 from embodied_gym.policies.act.data import load_training_frames, select_cameras
 from embodied_gym.policies.act.modeling import make_act_policy
+from embodied_gym.progress import progress_bar, report
 
 
 # ----------------------------------------------------------------------------- training
@@ -38,6 +41,32 @@ class TrainResult:
     final_loss: float
     train_time_s: float  # this run's optimisation time, decoding excluded
     decode_time_s: float
+
+
+@dataclass
+class ACTRun:
+    """What the ACT training loop carries from one step to the next (built by :func:`_setup`)."""
+
+    cfg: ACTTrainConfig
+    preset: Any  # the resolved preset: steps, batch size, learning-rate schedule
+    out: Path
+    store: CheckpointStore
+    frames: Any  # the decoded training frames
+    policy: Any
+    pre: Any
+    post: Any
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator  # the batch sampler's
+    meta: dict  # embodied_gym_policy.json of every checkpoint
+    step: int  # optimiser steps done
+    ckpt: Path | None  # the last checkpoint written (or resumed from)
+    decode_time: float
+    running: list[float] = field(default_factory=list)  # batch losses since the last logged step
+    loss_value: float = float("nan")  # the last batch loss
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / "train_log.jsonl"
 
 
 def train_act(cfg: ACTTrainConfig) -> TrainResult:
@@ -55,19 +84,45 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
         ValueError: a missing dataset or output folder, an unknown preset or override, a camera or
             episode the dataset does not have (the message names it).
     """
-    from tqdm import tqdm
+    run = _setup(cfg)
+    steps = run.preset.steps
+    run.policy.train()
+    t_train = time.time()
+    bar = progress_bar(total=steps, initial=run.step, progress=cfg.progress, desc="train act", unit="step")
+    while run.step < steps:
+        parts = _train_step(run)
+        bar.update(1)
+        if run.step % cfg.log_every == 0 or run.step == steps:
+            row = _log_step(run, parts, time.time() - t_train)
+            bar.set_postfix(loss=f"{row['loss']:.3f}")
+            report(cfg.progress, f"train act step {run.step}/{steps}: loss {row['loss']:.4f}")
+        if run.step % cfg.save_every == 0 or run.step == steps:
+            run.ckpt = save_checkpoint(
+                run.store, run.step, run.policy, run.pre, run.post, run.optimizer, run.generator, run.meta
+            )
+    bar.close()
+    train_time = time.time() - t_train
+    plot_training_log(run.log_path, run.out / "loss.png")
+    if run.ckpt is None:
+        raise RuntimeError(f"no ACT checkpoint was written to or resumed from {run.out}")
+    checkpoint = str(run.ckpt / "pretrained_model")
+    return TrainResult(str(run.out), checkpoint, run.step, run.loss_value, train_time, run.decode_time)
 
+
+def _setup(cfg: ACTTrainConfig) -> ACTRun:
+    """Open the dataset, decode its frames, build the policy and the optimizer (from the last checkpoint
+    when resuming) and cut the log back to that checkpoint."""
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     preset = cfg.resolved_preset()
-    out = Path(cfg.out)
+    out = Path(require(cfg.out, "out"))
     store = CheckpointStore(out, unit="step")
     last = store.latest()
     if last is not None and not cfg.resume:
         raise FileExistsError(
             f"{out} already holds ACT checkpoints; pass --resume to continue training, or choose another --out"
         )
-    ds = open_dataset(cfg.dataset)
+    ds = open_dataset(require(cfg.dataset, "dataset"))
     episodes = ds.check_episodes(cfg.episodes) if cfg.episodes is not None else None
     if cfg.successful_only:
         episodes = _successful_episodes(ds, episodes)
@@ -81,30 +136,7 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
         ds, episodes, cameras, preset.chunk_size, preset.image_size, cfg.progress, env_state=use_env
     )
     decode_time = time.time() - t0
-    task = ds.task
-    recorded = list(ds.image_size(cameras[0])) if cameras else None
-    trained = list(frames.images[next(iter(frames.images))].shape[-2:]) if frames.images else None
-    meta = {
-        "kind": "act",
-        "cameras": cameras,
-        "recorded_image_size": recorded,
-        "image_size": trained,
-        "control_mode": "joint_pos",
-        "dataset": str(cfg.dataset),
-        "task": task,
-        "preset": cfg.preset,
-        "settings": asdict(preset),
-        "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff,
-    }
-    if episodes is not None:
-        meta["episodes"] = episodes  # a subset: --episodes or --successful-only
-    if use_env:
-        meta["env_state"] = list(ds.features[F.ENV_STATE].get("names") or [])
-        meta["pose_estimator"] = _pose_estimator_of(ds, episodes)
-    fps = _camera_fps_of(ds, episodes)
-    if fps is not None:
-        meta["camera_fps"] = fps
-
+    meta = _policy_meta(cfg, preset, ds, episodes, cameras, frames, use_env)
     policy, pre, post = make_act_policy(
         ds, cameras, preset, cfg.temporal_ensemble_coeff, cfg.device, cfg.backbone_weights, env_state=use_env
     )
@@ -118,53 +150,81 @@ def train_act(cfg: ACTTrainConfig) -> TrainResult:
     if log_path.exists():  # drop rows logged after the checkpoint we resume from (or all, when starting)
         kept = [line for line in log_path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
         atomic.write_text(log_path, "".join(line + "\n" for line in kept))
-
-    policy.train()
-    t_train = time.time()
-    bar = tqdm(total=preset.steps, initial=step, desc="train act", unit="step", disable=not cfg.progress)
-    loss_value = float("nan")
-    running = []
     ckpt = last.path if last is not None else None
-    while step < preset.steps:
-        for group in optimizer.param_groups:  # the schedule is a function of the step, so resuming needs no state
-            group["lr"] = preset.lr_at(step)
-        idx = torch.randint(len(frames), (preset.batch_size,), generator=generator)
-        batch = pre(frames.batch(idx))
-        loss, parts = policy.forward(batch)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 10.0)  # LeRobot's default grad_clip_norm
-        optimizer.step()
-        step += 1
-        loss_value = float(loss.item())
-        running.append(loss_value)
-        bar.update(1)
-        if step % cfg.log_every == 0 or step == preset.steps:
-            row = {
-                "step": step,
-                "loss": float(np.mean(running)),
-                **{k: float(v) for k, v in parts.items()},
-                "lr": preset.lr_at(step - 1),
-                "time_s": time.time() - t_train,
-            }
-            running = []
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            bar.set_postfix(loss=f"{row['loss']:.3f}")
-        if step % cfg.save_every == 0 or step == preset.steps:
-            ckpt = save_checkpoint(store, step, policy, pre, post, optimizer, generator, meta)
-    bar.close()
-    train_time = time.time() - t_train
-    plot_training_log(log_path, out / "loss.png")
-    return TrainResult(str(out), str(ckpt / "pretrained_model"), step, loss_value, train_time, decode_time)
+    return ACTRun(
+        cfg, preset, out, store, frames, policy, pre, post, optimizer, generator, meta, step, ckpt, decode_time
+    )
+
+
+def _policy_meta(cfg: ACTTrainConfig, preset, ds, episodes, cameras, frames, use_env: bool) -> dict:
+    """``embodied_gym_policy.json``: what the policy reads (cameras and their sizes, the pose estimate)
+    and how it was trained."""
+    recorded = list(ds.image_size(cameras[0])) if cameras else None
+    trained = list(frames.images[next(iter(frames.images))].shape[-2:]) if frames.images else None
+    meta = {
+        "kind": "act",
+        "cameras": cameras,
+        "recorded_image_size": recorded,
+        "image_size": trained,
+        "control_mode": "joint_pos",
+        "dataset": str(cfg.dataset),
+        "task": ds.task,
+        "preset": cfg.preset,
+        "settings": asdict(preset),
+        "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff,
+    }
+    if episodes is not None:
+        meta["episodes"] = episodes  # a subset: --episodes or --successful-only
+    if use_env:
+        meta["env_state"] = list(ds.features[F.ENV_STATE].get("names") or [])
+        meta["pose_estimator"] = _pose_estimator_of(ds, episodes)
+    fps = _camera_fps_of(ds, episodes)
+    if fps is not None:
+        meta["camera_fps"] = fps
+    return meta
+
+
+def _train_step(run: ACTRun) -> dict:
+    """One optimiser step on a random batch; returns ACT's loss terms."""
+    preset = run.preset
+    for group in run.optimizer.param_groups:  # the schedule is a function of the step, so resuming needs no state
+        group["lr"] = preset.lr_at(run.step)
+    idx = torch.randint(len(run.frames), (preset.batch_size,), generator=run.generator)
+    batch = run.pre(run.frames.batch(idx))
+    loss, parts = run.policy.forward(batch)
+    run.optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.policy.parameters(), 10.0)  # LeRobot's default grad_clip_norm
+    run.optimizer.step()
+    run.step += 1
+    run.loss_value = float(loss.item())
+    run.running.append(run.loss_value)
+    return parts
+
+
+def _log_step(run: ACTRun, parts: dict, elapsed: float) -> dict:
+    """Append the mean loss since the last logged step (and the last batch's terms) to the log."""
+    row = {
+        "step": run.step,
+        "loss": float(np.mean(run.running)),
+        **{k: float(v) for k, v in parts.items()},
+        "lr": run.preset.lr_at(run.step - 1),
+        "time_s": elapsed,
+    }
+    run.running = []
+    with open(run.log_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
 
 
 def make_optimizer(params, lr: float, weight_decay: float, device: str) -> torch.optim.AdamW:
     """AdamW, with PyTorch's fused kernel on CPU and CUDA: the same update in one kernel instead of a
-    loop over the parameter tensors (on 2 CPU cores it halves the optimiser's share of a state-only ACT
-    step, about 9 % of the step)."""
+    loop over the parameter tensors, which matters for the many small tensors of a state-only ACT
+    (BENCHMARKS.md, "The demo", the run where AdamW runs the fused kernel)."""
     fused = torch.device(device).type in ("cpu", "cuda")
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **({"fused": True} if fused else {}))
+    if fused:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
 
 
 def _use_env_state(ds, cfg: ACTTrainConfig) -> bool:

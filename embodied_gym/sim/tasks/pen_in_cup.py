@@ -107,7 +107,7 @@ class PenInCup(Task):
         """Pinch the pen in its middle from above, turn it upright, lower its tip into the cup, let go.
 
         Built to survive a robot that is not the simulator (the stand-in's latency, backlash and
-        friction; see ``BENCHMARKS.md``): the gripper first hovers 4 cm above the pen until the
+        friction; BENCHMARKS.md, Scripted experts section): the gripper first hovers 4 cm above the pen until the
         joint integral action has settled, then goes straight down to a grasp height that keeps
         the fingertips clear of the table, settles again and closes. While the pen is carried over
         the cup and lowered into it, :class:`_TipFeedback` puts the pen's measured lower tip, not the
@@ -157,8 +157,8 @@ class PenInCup(Task):
         # The plan's lower tip in the TCP frame, the pen hanging vertical below its centre.
         tip_local = offset_local - over_cup.T @ np.array([0.0, 0.0, PEN_HALF_LENGTH])
         # The pen's pinch needs the joints on the IK solution to a millimetre through the slow carry
-        # as well as the holds: integral action below 0.01 rad per step (without it the expert
-        # succeeds in none of 20 episodes on either stand-in world; benchmarks/experts.py).
+        # as well as the holds: integral action below 0.01 rad per step (without it the pinch fails
+        # on both stand-in worlds; benchmarks/experts.py, BENCHMARKS.md, Scripted experts section).
         return ExpertPlan(1, wps, _TipFeedback(int(starts[7]), int(starts[9]), tip_local), integral_below=0.01)
 
 

@@ -66,10 +66,10 @@ class ExpertPlan:
     onto the IK solution where soft gains sag under gravity and friction, so a hold (the settle at
     the grasp pose) ends where the plan means, whatever the robot's gains. ``None`` turns it off.
     Integrating while the arm moves adds tracking lag to the term, which winds up under command
-    latency: with 0.01 rad per step on every joint the PickCup expert succeeded in 15 and CupOnMat's
-    in 1 of 20 episodes on the second stand-in world (20 of 20 with the default
-    :data:`HOLD_BELOW`; ``benchmarks/experts.py``). PenInCup's pinch of a 12 mm pen needs the term
-    through its slow carry too and sets 0.01."""
+    latency, so integrating on every slow joint costs the PickCup and CupOnMat experts episodes on a
+    robot whose commands act late, where :data:`HOLD_BELOW` does not (``benchmarks/experts.py``;
+    BENCHMARKS.md, Scripted experts section). PenInCup's pinch of a 12 mm pen needs the term through its slow
+    carry too and sets 0.01."""
 
     arm: int
     waypoints: list[Waypoint]
