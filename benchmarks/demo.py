@@ -40,7 +40,7 @@ def tables(summary: dict) -> str:
         for name, ev in rec["evaluation"].items():
             lo, hi = ev["ci95"]
             # the paper's real-robot rows: real-data ACT (three views) and the aligned-sim policy after RL
-            paper = dict(zip(("act_real", "tpo"), PAPER.get(task, ()))).get(name)
+            paper = dict(zip(("act_stand_in", "tpo"), PAPER.get(task, ()))).get(name)
             ret = "-" if ev.get("mean_return") is None else f"{ev['mean_return']:.1f}"
             label = LABELS.get(name, name) + (" (its recorded demos)" if ev.get("source") else "")
             lines.append(
@@ -73,8 +73,8 @@ def main() -> int:
     if args.summary:
         print(tables(json.loads(Path(args.summary).read_text())))
         return 0
-    from embodied_gym.demo.config import load_config
-    from embodied_gym.demo.pipeline import run_demo
+    from embodied_gym.demo.configuration import load_config
+    from embodied_gym.demo.loop import run_demo
 
     cfg = load_config(args.profile, args.config)
     out = Path(args.out)

@@ -15,24 +15,64 @@ import time
 from embodied_gym.commands import COMMANDS, GROUPS
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser that adds the command's flags only when it is used (parsed, or its help
+    printed): ``embodied-gym --help`` lists the commands without importing their configs (torch,
+    diffusers, LeRobot), and ``embodied-gym <command> ...`` imports only that command's."""
+
+    def __init__(self, *args, command=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._command_module = command
+        self._flags_added = command is None  # a group's parser (``train``) has no flags of its own
+
+    def add_command_arguments(self, argv=()) -> argparse.ArgumentParser:
+        """Add the command's flags (once). ``argv``: the command's own arguments, for a command
+        whose flags' defaults depend on them (``demo --full --help`` shows the full profile's)."""
+        if not self._flags_added:
+            self._flags_added = True
+            cmd = self._command_module
+            if getattr(cmd, "ARGUMENTS_READ_ARGV", False):
+                cmd.add_arguments(self, argv=list(argv or ()))
+            else:
+                cmd.add_arguments(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.add_command_arguments(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self.add_command_arguments()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self.add_command_arguments()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``embodied-gym`` parser. Each command's flags are added when that command is parsed (or
+    its help printed; :meth:`_CommandParser.add_command_arguments` adds them at once), so building
+    it imports no command's config."""
     p = argparse.ArgumentParser(
         prog="embodied-gym",
         description="EmbodieDreamer's Real2Sim2Real loop "
         "(arXiv 2507.05198): record -> calibrate -> render -> train -> evaluate",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
     groups: dict[str, argparse._SubParsersAction] = {}
     for cmd in COMMANDS:
         group = getattr(cmd, "GROUP", None)
         if group is None:
-            parser = sub.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
+            parent = sub
         else:
             if group not in groups:
                 g = sub.add_parser(group, help=GROUPS[group], description=GROUPS[group])
-                groups[group] = g.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-            parser = groups[group].add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP)
-        cmd.add_arguments(parser)
+                groups[group] = g.add_subparsers(
+                    dest="subcommand", required=True, metavar="SUBCOMMAND", parser_class=_CommandParser
+                )
+            parent = groups[group]
+        parser = parent.add_parser(cmd.NAME, help=cmd.HELP, description=cmd.HELP, command=cmd)
         parser.set_defaults(_command=cmd)
     return p
 
@@ -45,6 +85,8 @@ def _quiet_progress() -> None:
 
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     warnings.filterwarnings("ignore", message="Cannot enable progress bars")
+    # the stages and worker pools are spawned processes: they inherit the environment, not the filter
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:Cannot enable progress bars")
 
 
 def _close_progress_bars() -> None:

@@ -22,8 +22,6 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-import yaml
-
 _META = "embodied_gym"
 
 
@@ -38,6 +36,7 @@ def setting(
     choices: tuple | None = None,
     cli: bool = True,
     required: bool = False,
+    cache_key: bool = True,
 ) -> Any:
     """A dataclass field with its command-line spelling.
 
@@ -50,6 +49,9 @@ def setting(
         cli: False for settings only a program sets (a progress callback, say).
         required: the command line (or ``--config`` file) must give it, although the dataclass has a
             default (None) so that another config can nest this one and fill it in.
+        cache_key: False for settings that cannot change a result (how many processes run the same
+            episodes, say): the demo's stage cache leaves them out of the stage's key
+            (:func:`in_cache_key`), so changing them reuses the finished stage.
     """
     meta = {
         _META: {
@@ -60,6 +62,7 @@ def setting(
             "choices": choices,
             "cli": cli,
             "required": required,
+            "cache_key": cache_key,
         }
     }
     kw: dict[str, Any] = {"metadata": meta}
@@ -68,6 +71,11 @@ def setting(
     if default_factory is not dataclasses.MISSING:
         kw["default_factory"] = default_factory
     return dataclasses.field(**kw)
+
+
+def in_cache_key(f: dataclasses.Field) -> bool:
+    """Whether setting ``f`` is part of a cached stage's key (see :func:`setting`'s ``cache_key``)."""
+    return f.metadata.get(_META, {}).get("cache_key", True)
 
 
 def _meta(f: dataclasses.Field) -> dict:
@@ -101,6 +109,8 @@ def _parse_mapping_item(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    import yaml  # here, not at import: `embodied-gym --help` reads no YAML
+
     return key, yaml.safe_load(value)
 
 
@@ -110,6 +120,8 @@ def add_arguments(
     prefix: str = "",
     config_file: bool = False,
     skip: frozenset[str] = frozenset(),
+    defaults: Any = None,
+    defaults_from: str = "",
 ) -> None:
     """Add a flag for every setting of dataclass ``cls`` (nested dataclasses as ``--name.field``),
     and with ``config_file`` a ``--config FILE`` flag for a YAML file of the same settings.
@@ -117,6 +129,11 @@ def add_arguments(
     Flags default to "not given" (``argparse.SUPPRESS``): :func:`from_args` fills what is missing
     from the YAML file and the dataclass defaults. ``skip``: setting names left off, for a program
     that fills them itself (a plain name at any depth, a dotted one where it stands).
+
+    The help shows each setting's default: the dataclass's, or with ``defaults`` (an instance of
+    ``cls``, e.g. a loaded profile) that instance's values, which are what a run without the flag
+    gets. Where a setting's help already describes its default and the instance's value differs
+    from it, the value is shown as ``(<defaults_from>: value)``.
     """
     if config_file:
         parser.add_argument("--config", help=f"YAML file of {cls.__name__} settings (the flags below override it)")
@@ -126,14 +143,12 @@ def add_arguments(
         if not m["cli"] or f.name in skip or f"{prefix}{f.name}" in skip:
             continue
         tp, optional = _strip_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
-            add_arguments(parser, tp, f"{prefix}{f.name}.", skip=skip)
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            nested = getattr(defaults, f.name, None) if defaults is not None else None
+            add_arguments(parser, tp, f"{prefix}{f.name}.", skip=skip, defaults=nested, defaults_from=defaults_from)
             continue
         names = [_flag_name(prefix, f), *(m["aliases"] if not prefix else ())]
-        help_text = m["help"] or ""
-        if f.default not in (dataclasses.MISSING, None) and "default" not in help_text:
-            shown = " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
-            help_text = f"{help_text} (default {shown})".strip()
+        help_text = _with_default(m["help"] or "", f, defaults, defaults_from)
         kw: dict[str, Any] = {
             "dest": _dest(prefix, f.name),
             "default": argparse.SUPPRESS,
@@ -165,6 +180,41 @@ def add_arguments(
         parser.add_argument(*names, **kw)
 
 
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A value as the command line spells it: ``64 80``, ``use_vae=False`` (pairs as ``a,b``)."""
+    if isinstance(value, (tuple, list)):
+        return " ".join(",".join(map(str, v)) if isinstance(v, (tuple, list)) else str(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _with_default(help_text: str, f: dataclasses.Field, defaults: Any, defaults_from: str) -> str:
+    """``help_text`` with the setting's default: the dataclass's (a plain value, not None), or
+    ``defaults``' value of the field when an instance is given."""
+    if defaults is None:
+        value = f.default
+        if value in (dataclasses.MISSING, None) or "default" in help_text:
+            return help_text
+        return f"{help_text} (default {_shown(value)})".strip()
+    value = getattr(defaults, f.name)
+    if value is None or (isinstance(value, (list, tuple, dict)) and not value):
+        return help_text
+    if "default" not in help_text:
+        return f"{help_text} (default {_shown(value)})".strip()
+    if value == _field_default(f):  # the help's own description of the default holds
+        return help_text
+    return f"{help_text} ({defaults_from or 'default'}: {_shown(value)})".strip()
+
+
 def merge(obj, values: dict, where: str):
     """Set ``obj``'s fields from a (nested) mapping; unknown keys are errors naming ``where`` and the key."""
     if not isinstance(values, dict):
@@ -190,6 +240,8 @@ def _is_tuple_field(cls: type, name: str) -> bool:
 
 def load_yaml(path: str | Path) -> dict:
     """A YAML settings file as a mapping (errors name the file)."""
+    import yaml
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"settings file {path} does not exist")
@@ -208,7 +260,7 @@ def given(args: argparse.Namespace, cls: type, prefix: str = "") -> dict:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         tp, _ = _strip_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             sub = given(args, tp, f"{prefix}{f.name}.")
             if sub:
                 out[f.name] = sub
@@ -242,14 +294,22 @@ def from_args(cls: type, args: argparse.Namespace, config: str | Path | None = N
     missing = sorted(n for n in required if init.get(n) is None)
     if missing:
         by_name = {f.name: f for f in dataclasses.fields(cls)}
-        flags = ", ".join(_flag_name("", by_name[n]) for n in missing)
-        raise ValueError(f"missing required setting(s) {missing}: pass {flags} or set them in --config FILE")
+        flag_names = ", ".join(_flag_name("", by_name[n]) for n in missing)
+        raise ValueError(f"missing required setting(s) {missing}: pass {flag_names} or set them in --config FILE")
     obj = cls(**init)
     merge(obj, {k: v for k, v in from_file.items() if k not in required}, str(config))
     merge(obj, {k: v for k, v in flags.items() if k not in required}, "command line")
     for k, v in fixed.items():
         setattr(obj, k, v)
     return obj
+
+
+def require[T](value: T | None, name: str) -> T:
+    """The value of the required setting ``name`` (``setting(None, required=True)``, which
+    :func:`from_args` fills); ValueError when a config made otherwise left it unset."""
+    if value is None:
+        raise ValueError(f"missing required setting {name!r}: pass it on the command line or set it in --config FILE")
+    return value
 
 
 def _required(cls: type) -> set[str]:
@@ -275,4 +335,4 @@ def to_dict(obj) -> dict:
     return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
 
 
-__all__ = ["add_arguments", "from_args", "given", "load_yaml", "merge", "setting", "to_dict"]
+__all__ = ["add_arguments", "from_args", "given", "load_yaml", "merge", "require", "setting", "to_dict"]

@@ -103,7 +103,7 @@ args=(demo --full --runs "$run_dir" --name full
   --act.backbone-weights "$weights"
   --act.device "$device" --visaligner.device "$device" --generate.device "$device" --tpo.device "$device"
   --record.episodes 3
-  --calibrate.samples 4 --calibrate.surrogate-epochs 1 --calibrate.restarts 1 --calibrate.refine-steps 10
+  --calibrate.surrogate-epochs 1 --calibrate.refine-steps 10
   --calibrate.tr-iterations 2 --calibrate.budget-s 60 --calibrate.free kp.right_shoulder kp.right_elbow
   --visaligner.vae-steps 5 --visaligner.vae-batch-size 4 --visaligner.steps 4 --visaligner.sample-every 4
   --visaligner.sample-steps 2 --visaligner.checkpoint-every 4
@@ -162,7 +162,7 @@ for k in ("act", "visaligner", "generate", "tpo"):
     if c[k]["device"] != want:
         bad.append(f"{k}.device {c[k]['device']} (wanted {want})")
 ev = s["tasks"]["PickCup"]["evaluation"]
-missing = {"act_real", "act_aligned", "tpo"} - set(ev)
+missing = {"act_stand_in", "act_aligned", "tpo"} - set(ev)
 if missing:
     bad.append(f"no evaluation of {sorted(missing)}")
 print("; ".join(bad))

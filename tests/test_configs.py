@@ -112,7 +112,7 @@ def test_every_setting_reachable_from_yaml_has_a_flag():
 def test_demo_settings_are_reachable_from_the_command_line(tmp_path):
     """Every profile setting of the demo has a dotted flag; the flags override the profile."""
     from embodied_gym.cli import build_parser
-    from embodied_gym.demo.config import DemoConfig, load_config
+    from embodied_gym.demo.configuration import DemoConfig, load_config
 
     args = build_parser().parse_args(
         [
@@ -134,5 +134,33 @@ def test_demo_settings_are_reachable_from_the_command_line(tmp_path):
     assert cfg.act.steps == 7 and cfg.calibrate.method == "sa" and cfg.tasks == ["PickCup", "CupOnMat"]
     assert cfg.evaluate.expert is False
     assert cfg.act.preset == load_config("smoke").act.preset  # untouched settings keep the profile's value
-    dests = {a.dest for a in build_parser()._subparsers._group_actions[0].choices["demo"]._actions}
+    demo = build_parser()._subparsers._group_actions[0].choices["demo"].add_command_arguments()
+    dests = {a.dest for a in demo._actions}
+    assert "act__steps" in dests
     assert "act__dataset" not in dests  # paths the demo fills itself are not flags
+
+
+def test_help_shows_an_instances_values_as_defaults():
+    """With ``defaults`` (a loaded profile, say) the help shows what a run without the flag gets."""
+    p = argparse.ArgumentParser()
+    obj = Outer(dataset="d", batch_size=32, cameras=("a", "b"), num_threads=2)
+    obj.inner.steps = 99
+    configs.add_arguments(p, Outer, defaults=obj, defaults_from="quick profile")
+    helps = {a.dest: a.help for a in p._actions}
+    assert helps["batch_size"] == "batch (default 32)" and helps["cameras"] == "cameras (default a b)"
+    assert helps["inner__steps"] == "inner steps (default 99)" and helps["dataset"] == "dataset folder (default d)"
+    assert helps["episodes"] == "episodes"  # None: nothing to show
+
+    @dataclass
+    class Described:
+        workers: int | None = setting(None, help="processes (default: the CPU count)")
+        steps: int = setting(5, help="steps (default: the preset's)")
+
+    p = argparse.ArgumentParser()
+    configs.add_arguments(p, Described, defaults=Described(workers=None, steps=7), defaults_from="quick profile")
+    helps = {a.dest: a.help for a in p._actions}
+    assert helps["workers"] == "processes (default: the CPU count)"
+    assert helps["steps"] == "steps (default: the preset's) (quick profile: 7)"
+    p = argparse.ArgumentParser()
+    configs.add_arguments(p, Described, defaults=Described(), defaults_from="quick profile")
+    assert {a.dest: a.help for a in p._actions}["steps"] == "steps (default: the preset's)"

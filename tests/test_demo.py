@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from embodied_gym.demo.cache import StageCache
-from embodied_gym.demo.config import load_config
-from embodied_gym.demo.pipeline import STAGES
+from embodied_gym.demo.configuration import load_config
+from embodied_gym.demo.stages import STAGE_NAMES, STAGES
 
 
 @pytest.fixture(scope="module")
@@ -23,19 +23,20 @@ def smoke_run(tmp_path_factory):
 def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     summary = json.loads((smoke_run / "summary.json").read_text())
     stages = summary["tasks"]["PickCup"]["stages"]
-    assert list(stages) == STAGES
+    assert list(stages) == list(STAGE_NAMES)
+    assert stages["act_nominal"]["outputs"] == {"skipped": "nominal_sim: false"}
     report = (smoke_run / "report.html").read_text()
-    for stage in STAGES:
+    for stage in stages:
         assert f"<td>{stage}</td>" in report
         assert (smoke_run / stage / "stage.json").exists()
     assert "stand-in" in report and "data:image/png;base64," in report
     evaluation = summary["tasks"]["PickCup"]["evaluation"]
-    assert set(evaluation) == {"expert", "act_real", "act_aligned", "tpo"}
+    assert set(evaluation) == {"expert", "act_stand_in", "act_aligned", "tpo"}
     for e in evaluation.values():
         assert 0.0 <= e["ci95"][0] <= e["success_rate"] <= e["ci95"][1] <= 1.0
     # the learnt policies read the estimate, whose reset-frame error the report shows; the expert reads the truth
     assert evaluation["expert"].get("mean_reset_pose_error_cm") is None
-    assert all(evaluation[n]["mean_reset_pose_error_cm"] > 0 for n in ("act_real", "act_aligned", "tpo"))
+    assert all(evaluation[n]["mean_reset_pose_error_cm"] > 0 for n in ("act_stand_in", "act_aligned", "tpo"))
     assert "reset-frame estimate off by" in report
     assert (smoke_run / "calibrate" / "result.json").exists()
     # the pose-estimate path: a perception model, policies that read its estimate, VisAligner skipped
@@ -53,21 +54,21 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     assert meta["pose_estimator"]["values"] == "ground_truth"
     real_meta = json.loads(
         (
-            latest_checkpoint(smoke_run / "act_real" / "policy") / "pretrained_model" / "embodied_gym_policy.json"
+            latest_checkpoint(smoke_run / "act_stand_in" / "policy") / "pretrained_model" / "embodied_gym_policy.json"
         ).read_text()
     )
     assert "values" not in real_meta["pose_estimator"]
     paired = summary["tasks"]["PickCup"]["paired"]
-    assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_real"), ("tpo", "act_aligned")]
+    assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_stand_in"), ("tpo", "act_aligned")]
     assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
     assert "exact McNemar" in report
     # TPO's stage evaluated the aligned-sim policy and its iteration in the sim, and says which it returned
     tpo_log = stages["tpo"]["outputs"]["log"]
     assert [r["iteration"] for r in tpo_log] == [0, 1] and all("eval_success_rate" in r for r in tpo_log)
     assert "TPO returned" in report and "greedy success in the calibrated sim" in report
-    # act_real trained in a background process (background_act_real, the default), its output in a log
-    assert stages["act_real"]["background"] and not stages["act_aligned"]["background"]
-    assert "train act" in (smoke_run / "act_real" / "stage.log").read_text()
+    # act_stand_in trained in a background process (background_act_stand_in, the default), its output in a log
+    assert stages["act_stand_in"]["background"] and not stages["act_aligned"]["background"]
+    assert "train act" in (smoke_run / "act_stand_in" / "stage.log").read_text()
 
 
 def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
@@ -122,11 +123,11 @@ def test_robot_config_runs_the_loop_against_another_stand_in_world(smoke_run, tm
 
 
 def test_cache_key_changes_with_settings_and_inputs(tmp_path):
-    cache = StageCache(tmp_path, order=["a", "b"])
+    cache = StageCache(tmp_path)
     calls = []
     a = cache.run("a", {"x": 1}, [], lambda f: calls.append("a") or {"v": 1})
     cache.run("b", {}, ["a"], lambda f: calls.append("b") or {})
-    again = StageCache(tmp_path, order=["a", "b"])
+    again = StageCache(tmp_path)
     assert again.run("a", {"x": 1}, [], lambda f: calls.append("a2") or {}).cached
     assert not again.run("a", {"x": 2}, [], lambda f: calls.append("a3") or {}).cached  # settings changed
     assert not again.run("b", {}, ["a"], lambda f: calls.append("b2") or {}).cached  # its input changed
@@ -137,9 +138,9 @@ def test_background_stage_runs_through_the_cache_and_a_failure_names_its_log(tmp
     import functools
     import operator
 
-    from embodied_gym.demo.pipeline import BackgroundStage
+    from embodied_gym.demo.cache import BackgroundStage
 
-    cache = StageCache(tmp_path, order=["ok", "bad"])
+    cache = StageCache(tmp_path)
     # dict.fromkeys(["v"], folder) -> {"v": folder}: a picklable stage function for the spawned process
     key = cache.key({"x": 1}, [])
     rec = BackgroundStage(cache, "ok", key, {"x": 1}, [], functools.partial(dict.fromkeys, ["v"])).result()
@@ -180,7 +181,7 @@ def test_config_errors_name_the_problem(tmp_path):
 
 def test_full_profile_is_paper_image_act_at_240x320_on_cuda():
     from embodied_gym.policies.act.configuration import PRESETS
-    from embodied_gym.visaligner.presets import preset
+    from embodied_gym.visaligner.configuration import preset
 
     cfg = load_config("full")
     assert cfg.act.preset == "paper" and cfg.act.images is not False  # end-to-end image ACT, ACT's ALOHA sizes
@@ -237,7 +238,94 @@ def test_full_profile_refuses_to_start_without_fitting_backbone_weights(tmp_path
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU error")
 def test_visaligner_training_on_cuda_without_a_gpu_names_the_fix(tmp_path):
-    from embodied_gym.visaligner.train import TrainConfig, train
+    from embodied_gym.visaligner.training import VisAlignerTrainConfig, train
 
     with pytest.raises(ValueError, match="torch sees no GPU.*--device cpu"):
-        train(TrainConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), device="cuda"))
+        train(VisAlignerTrainConfig(dataset=str(tmp_path / "ds"), out=str(tmp_path / "out"), device="cuda"))
+
+
+def test_stage_table_runs_each_stage_after_the_stages_it_reads():
+    from embodied_gym.demo.stages import POLICY_STAGES, downstream
+
+    assert len(set(STAGE_NAMES)) == len(STAGE_NAMES)
+    for i, stage in enumerate(STAGES):
+        assert set(stage.inputs) <= set(STAGE_NAMES[:i]), stage.name
+    assert STAGE_NAMES[:3] == ("perception", "record", "act_stand_in") and STAGE_NAMES[-1] == "evaluate"
+    assert set(POLICY_STAGES) <= set(next(s for s in STAGES if s.name == "evaluate").inputs)
+    # --from reruns a stage and what reads it, not the stages that merely run later
+    assert downstream("calibrate") >= {"calibrate", "generate", "act_aligned", "tpo", "evaluate"}
+    assert "act_stand_in" not in downstream("calibrate") and "perception" not in downstream("record")
+
+
+def test_cache_keys_leave_out_settings_marked_so_and_keep_the_rest():
+    from dataclasses import replace
+
+    from embodied_gym.demo.stages import STAGES
+
+    cfg = load_config("quick")
+    base = {s.name: s.cache_settings(cfg, "PickCup") for s in STAGES}
+    # how many processes run the same episodes changes no stage's key
+    cfg2 = load_config("quick")
+    cfg2.record = replace(cfg2.record, workers=7)
+    cfg2.perception = replace(cfg2.perception, workers=7)
+    cfg2.generate = replace(cfg2.generate, workers=7, backend="ray")
+    cfg2.evaluate = replace(cfg2.evaluate, workers=7)
+    cfg2.tpo = replace(cfg2.tpo, eval_workers=7)
+    assert {s.name: s.cache_settings(cfg2, "PickCup") for s in STAGES} == base
+    # perception.robot_offset belongs to perception_offset, not to the estimator's training
+    cfg2.perception = replace(cfg2.perception, robot_offset=False)
+    changed = {s.name for s in STAGES if s.cache_settings(cfg2, "PickCup") != base[s.name]}
+    assert changed == {"perception_offset"}
+    # a setting that changes a result changes its stage's key
+    cfg3 = load_config("quick")
+    cfg3.record = replace(cfg3.record, episodes=cfg3.record.episodes + 1)
+    assert {s.name for s in STAGES if s.cache_settings(cfg3, "PickCup") != base[s.name]} == {"record"}
+    # TPO rolls out on the observation the policies are evaluated on
+    assert base["tpo"]["pose_update"] == cfg.evaluate.pose_update == "at_reset"
+
+
+def test_evaluate_settings_name_only_what_the_loop_trains(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("evaluate: {policies: [expert, act_nominal]}\n")
+    with pytest.raises(ValueError, match="act_nominal needs nominal_sim: true"):
+        load_config("quick", str(bad))
+    bad.write_text("evaluate: {in_sim: [tpo], policies: [act_aligned]}\n")
+    with pytest.raises(ValueError, match=r"evaluate.in_sim: \['tpo'\]"):
+        load_config("quick", str(bad))
+    bad.write_text("evaluate: {comparisons: [[act_aligned, act_real]]}\n")
+    with pytest.raises(ValueError, match="act_real"):
+        load_config("quick", str(bad))
+
+
+def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_path, capsys):
+    """benchmarks/policies.py at smoke sizes: the benchmark profile's extra rows (nominal sim, in-sim
+    evaluation) come from the same stage table, and its printer reads the run's summary."""
+    import runpy
+
+    sizes = tmp_path / "smoke_sizes.yaml"
+    sizes.write_text(
+        "max_episode_steps: 40\n"
+        "perception: {episodes: 2, layouts_per_episode: 2, frame_stride: 8,\n"
+        "             train: {steps: 4, batch_size: 4, eval_every: 2, save_every: 2, threads: 1}}\n"
+        "record: {episodes: 3}\n"
+        "calibrate: {surrogate_epochs: 1, refine_steps: 10, free: [kp.right_shoulder, kp.right_elbow]}\n"
+        "generate: {episodes: 2}\n"
+        "act: {steps: 4, batch_size: 2, save_every: 4}\n"
+        "tpo: {iterations: 1, rollouts: 2, pairs: 1, epochs: 1, eval_episodes: 1}\n"
+        "evaluate: {episodes: 1}\n"
+    )
+    benchmark = runpy.run_path("benchmarks/policies.py")
+    assert benchmark["main"](["--runs", str(tmp_path), "--name", "b", "--config", str(sizes)]) == 0
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())["tasks"]["PickCup"]
+    assert not summary["stages"]["act_nominal"]["outputs"].get("skipped")
+    rows = benchmark["rows_of"](summary)
+    assert set(rows) == {"a", "b", "c", "d", "c_sim"}  # row e needs evaluate.ablation_estimator
+    assert all(r["episodes"] == 1 for r in rows.values())
+    assert [(c["a"], c["b"]) for c in summary["paired"]] == [
+        ("act_aligned", "act_nominal"),
+        ("act_aligned", "act_stand_in"),
+        ("tpo", "act_aligned"),
+    ]
+    out = capsys.readouterr().out
+    assert "| (c) vs (b) |" in out and "(c_sim) (c) in its own (calibrated) sim" in out
+    assert (tmp_path / "b" / "policies.png").stat().st_size > 0

@@ -7,6 +7,10 @@
 Each module is a thin command line over one library function and declares ``NAME`` (and
 ``GROUP`` for two-word commands such as ``train act``), ``HELP``, ``add_arguments(parser)``,
 ``run(args) -> exit status`` and ``interrupted(args)``: what a Ctrl-C kept and how to go on.
+``add_arguments`` runs only when its command is used (:mod:`embodied_gym.cli`), so it, not the
+module, imports the command's config: ``embodied-gym --help`` imports none of them (no torch).
+A command whose flags' help depends on its own arguments (``demo``: the chosen profile's values)
+sets ``ARGUMENTS_READ_ARGV = True`` and takes ``add_arguments(parser, argv=...)``.
 """
 
 from embodied_gym.commands import (

@@ -1,4 +1,4 @@
-"""``embodied-gym demo``: the whole Real2Sim2Real loop on the stand-in robot (:func:`embodied_gym.demo.pipeline.run_demo`)."""
+"""``embodied-gym demo``: the whole Real2Sim2Real loop on the stand-in robot (:func:`embodied_gym.demo.loop.run_demo`)."""
 
 from __future__ import annotations
 
@@ -36,22 +36,60 @@ _DEMO_FILLS = frozenset(
 )
 
 
-def add_arguments(p) -> None:
-    from embodied_gym.demo.config import DemoConfig
-    from embodied_gym.demo.pipeline import STAGES
+#: ``add_arguments`` reads the command's own arguments: the help shows the chosen profile's values.
+ARGUMENTS_READ_ARGV = True
+
+
+def chosen_profile(argv) -> tuple[str, str | None]:
+    """The profile (and ``--config`` file) that ``argv``, the demo's own arguments, choose:
+    ``--full``, ``--profile NAME`` or the default, quick."""
+    import argparse
+
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--quick", action="store_true")
+    pre.add_argument("--full", action="store_true")
+    pre.add_argument("--profile", default="quick")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(list(argv))
+    return ("full" if known.full else "quick" if known.quick else known.profile), known.config
+
+
+def profile_defaults(argv):
+    """The settings a demo run with ``argv`` starts from (its profile, then ``--config``), and their
+    source's name, for the help; the class defaults (and a note) when the profile or file cannot be read:
+    the run itself reports that error."""
+    from embodied_gym.demo.configuration import DemoConfig, load_config
+
+    profile, config = chosen_profile(argv)
+    for override in (config, None) if config else (None,):
+        try:
+            cfg = load_config(profile, override)
+        except Exception:  # the help still shows; the run itself says what is wrong
+            continue
+        return cfg, f"{profile} profile" + (f" + {override}" if override else "")
+    return DemoConfig(), f"the settings' own (profile {profile!r} could not be read)"
+
+
+def add_arguments(p, argv=()) -> None:
+    from embodied_gym.demo.stages import STAGE_NAMES
 
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="one task, small sizes, 2 CPU cores (the default)")
     size.add_argument("--full", action="store_true", help="all four tasks, paper-like sizes (a GPU machine)")
     size.add_argument("--profile", default="quick", help="a profile of embodied_gym/demo/profiles (quick, full, smoke)")
     p.add_argument("--config", help="YAML file overriding any stage setting of the profile")
-    p.add_argument("--from", choices=STAGES, help="rerun from this stage on (later stages rerun too)")
+    p.add_argument("--from", choices=STAGE_NAMES, help="rerun this stage and every stage that reads it")
     p.add_argument("--name", help="run name: output in RUNS/NAME (default: the profile's name)")
     p.add_argument("--runs", default="runs", help="folder of runs (default runs/)")
     # Every setting of the profile, e.g. --tasks PickCup --act.steps 800 --calibrate.method physaligner
     # (the flags override the profile and --config); the demo fills the stages' data paths itself.
-    settings = p.add_argument_group("profile settings", "any setting of the profile YAML, by its dotted name")
-    configs.add_arguments(settings, DemoConfig, skip=_DEMO_FILLS)
+    cfg, source = profile_defaults(argv)
+    settings = p.add_argument_group(
+        "profile settings",
+        f"any setting of the profile YAML, by its dotted name. Defaults shown: {source} "
+        f"(`demo --full --help`, `demo --profile NAME --help`: another profile's)",
+    )
+    configs.add_arguments(settings, type(cfg), skip=_DEMO_FILLS, defaults=cfg, defaults_from=source)
 
 
 def _run_dir(args) -> str:
@@ -59,8 +97,8 @@ def _run_dir(args) -> str:
 
 
 def run(args) -> int:
-    from embodied_gym.demo.config import DemoConfig, check_config, load_config
-    from embodied_gym.demo.pipeline import run_demo
+    from embodied_gym.demo.configuration import DemoConfig, check_config, load_config
+    from embodied_gym.demo.loop import run_demo
 
     cfg = load_config("full" if args.full else args.profile, args.config)
     configs.merge(cfg, configs.given(args, DemoConfig), "command line")

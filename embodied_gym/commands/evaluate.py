@@ -54,7 +54,8 @@ def add_arguments(p) -> None:
         type=int,
         metavar="N",
         help="torch CPU threads (default: torch's, one per core). 1 is fastest for a policy on a pose "
-        "estimate on a busy 2-core machine (about 5x faster per stand-in episode there)",
+        "estimate on a busy 2-core machine (the small model gains nothing from a second thread that the "
+        "stand-in's simulator needs)",
     )
     p.add_argument(
         "--workers",

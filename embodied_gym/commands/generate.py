@@ -1,5 +1,5 @@
 """``embodied-gym generate``: expert demonstrations in the aligned simulator
-(:func:`embodied_gym.visaligner.generate.generate_aligned_demos`)."""
+(:func:`embodied_gym.recording.aligned.generate_aligned_demos`)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from embodied_gym.visaligner.generate import AlignedDemosConfig
+    from embodied_gym.recording.aligned import AlignedDemosConfig
 
     p.add_argument("--out", required=True, help="output folder: sim/ (plain renders) and aligned/ (the dataset)")
     configs.add_arguments(p, AlignedDemosConfig, config_file=True)
 
 
 def run(args) -> int:
-    from embodied_gym.visaligner.generate import AlignedDemosConfig, generate_aligned_demos
+    from embodied_gym.recording.aligned import AlignedDemosConfig, generate_aligned_demos
 
     cfg = configs.from_args(AlignedDemosConfig, args, args.config)
     summary = generate_aligned_demos(cfg, args.out)

@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from embodied_gym.perception.data import PoseFramesConfig, load_frames, make_frames
+    from embodied_gym.perception.data import PoseFramesConfig, load_frames
+    from embodied_gym.visaligner.pose_frames import make_frames
 
     cfg = configs.from_args(PoseFramesConfig, args, args.config)
     files = make_frames(cfg)

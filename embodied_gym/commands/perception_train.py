@@ -1,5 +1,5 @@
 """``embodied-gym perception train``: the pose estimator on frame folders
-(:func:`embodied_gym.perception.train.train_pose_estimator`)."""
+(:func:`embodied_gym.perception.training.train_pose_estimator`)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ HELP = (
 
 
 def add_arguments(p) -> None:
-    from embodied_gym.perception.train import PoseTrainConfig
+    from embodied_gym.perception.training import PoseTrainConfig
 
     configs.add_arguments(p, PoseTrainConfig, config_file=True)
 
 
 def run(args) -> int:
-    from embodied_gym.perception.train import PoseTrainConfig, train_pose_estimator
+    from embodied_gym.perception.training import PoseTrainConfig, train_pose_estimator
 
     r = train_pose_estimator(configs.from_args(PoseTrainConfig, args, args.config))
+    if r.out is None:
+        raise RuntimeError("train_pose_estimator returned no output folder")
     errors = "; ".join(
         f"{obj} {e['xy_cm']:.2f} cm" for obj, e in r.val_errors.items() if isinstance(e, dict) and "xy_cm" in e
     )

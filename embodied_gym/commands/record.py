@@ -4,14 +4,14 @@ the scripted expert's episodes are rolled out by ``--workers`` processes,
 
 from __future__ import annotations
 
-from embodied_gym.data.features import AFTER_SUCCESS_STEPS
-from embodied_gym.data.writer import DEFAULT_CRF
-
 NAME = "record"
 HELP = "record episodes of a policy (the scripted expert by default) into a local LeRobotDataset v3.0"
 
 
 def add_arguments(p) -> None:
+    from embodied_gym.data.features import AFTER_SUCCESS_STEPS
+    from embodied_gym.data.writer import DEFAULT_CRF
+
     p.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
     p.add_argument("--policy", default="expert", help="'expert' (the scripted expert), an ACT folder or an SB3 .zip")
     p.add_argument("--episodes", type=int, default=50)
@@ -118,7 +118,7 @@ def run(args) -> int:
         cameras=cameras,
     )
     if args.policy == "expert":
-        from embodied_gym.data.parallel import record_expert_demos
+        from embodied_gym.recording.parallel import record_expert_demos
 
         workers = args.workers or (1 if args.realtime else None)
         summary = record_expert_demos(
@@ -130,9 +130,9 @@ def run(args) -> int:
                 f"--workers and --backend apply to --policy expert (the scripted expert) only; "
                 f"{args.policy} is recorded in this process: drop them"
             )
-        from embodied_gym.data.recording import record
         from embodied_gym.factory import make_env
-        from embodied_gym.policies.loading import make_agent
+        from embodied_gym.policies.agents import make_agent
+        from embodied_gym.recording.episodes import record
 
         env = make_env(args.env, **env_kwargs)
         try:

@@ -7,14 +7,14 @@ import json
 import logging
 import sys
 
-from embodied_gym.data.writer import DEFAULT_CRF
-
 GROUP = "visaligner"
 NAME = "render"
 HELP = "translate recorded episodes into a new LeRobotDataset of generated frames"
 
 
 def add_arguments(p) -> None:
+    from embodied_gym.data.writer import DEFAULT_CRF
+
     p.add_argument("--dataset", required=True, help="recorded episodes (sim or real) to re-render")
     p.add_argument("--model", required=True, help="a trained model folder (train's OUT/model)")
     p.add_argument("--out", required=True, help="new dataset folder")

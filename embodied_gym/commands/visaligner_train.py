@@ -1,4 +1,4 @@
-"""``embodied-gym visaligner train``: train VisAligner (:func:`embodied_gym.visaligner.train.train`)."""
+"""``embodied-gym visaligner train``: train VisAligner (:func:`embodied_gym.visaligner.training.train`)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ _MODEL_SHORTCUTS = ("image_size", "num_frames", "frame_stride", "mask_source", "
 
 
 def add_arguments(p) -> None:
-    from embodied_gym.visaligner.train import TrainConfig
+    from embodied_gym.visaligner.training import VisAlignerTrainConfig
 
-    configs.add_arguments(p, TrainConfig, config_file=True)
+    configs.add_arguments(p, VisAlignerTrainConfig, config_file=True)
     g = p.add_argument_group("model shortcuts", "entries of --model, as single flags")
     g.add_argument(
         "--pretrained",
@@ -40,10 +40,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from embodied_gym.visaligner.train import TrainConfig, train
+    from embodied_gym.visaligner.training import VisAlignerTrainConfig, train
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    cfg = configs.from_args(TrainConfig, args, args.config)
+    cfg = configs.from_args(VisAlignerTrainConfig, args, args.config)
     for key in _MODEL_SHORTCUTS:
         value = getattr(args, key, None)
         if value is not None:

@@ -9,12 +9,16 @@ stages it reads, so changing the recording invalidates everything downstream.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterable
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,13 +42,13 @@ class StageRecord:
 
 
 class StageCache:
-    def __init__(self, run_dir: str | os.PathLike, rerun_from: str | None = None, order: list[str] | None = None):
+    """The finished stages of one run folder. ``forced``: stage names (the part after the last slash)
+    that rerun even when a finished run with their key exists (the demo's ``--from``)."""
+
+    def __init__(self, run_dir: str | os.PathLike, forced: Iterable[str] = ()):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.order = order or []
-        if rerun_from is not None and rerun_from not in self.order:
-            raise ValueError(f"unknown stage {rerun_from!r} for --from; stages: {self.order}")
-        self.forced = set(self.order[self.order.index(rerun_from) :]) if rerun_from else set()
+        self.forced = set(forced)
         self.records: dict[str, StageRecord] = {}
 
     def key(self, settings: Any, inputs: list[str]) -> str:
@@ -86,3 +90,81 @@ class StageCache:
         prefix (``task/stage``); ``--from`` matches the part after the last slash."""
         key = self.key(settings, inputs)
         return self.lookup(name, key) or self.execute(name, key, settings, inputs, fn)
+
+
+def _logged(fn, log_name: str, folder: Path) -> dict:
+    """``fn(folder)`` with everything it prints (progress bars included) going to ``folder/log_name``."""
+    with open(folder / log_name, "w") as log, redirect_stdout(log), redirect_stderr(log):
+        try:
+            return fn(folder)
+        except BaseException:
+            traceback.print_exc()
+            raise
+
+
+def _execute_stage(
+    run_dir: str, name: str, key: str, settings: dict, inputs: list[str], fn, torch_threads: int | None
+) -> None:
+    """A background stage's process: runs the stage through the cache, so its ``stage.json`` is its result."""
+    import torch
+
+    from embodied_gym.processes import exit_with_parent
+
+    exit_with_parent()
+    if torch_threads:
+        torch.set_num_threads(torch_threads)
+    StageCache(run_dir).execute(name, key, settings, inputs, fn)
+
+
+class BackgroundStage:
+    """One cached stage run in a separate (spawned) process while the caller runs other stages.
+
+    The child writes the stage's folder and ``stage.json`` as :meth:`StageCache.execute` does, its output
+    in ``<folder>/stage.log``; :meth:`result` waits for it and registers the record. A failure raises
+    with the log's path; the child is terminated if the caller stops first (:meth:`stop`)."""
+
+    LOG = "stage.log"
+
+    def __init__(
+        self,
+        cache: StageCache,
+        name: str,
+        key: str,
+        settings: dict,
+        inputs: list[str],
+        fn,
+        torch_threads: int | None = None,
+    ):
+        self.cache, self.name, self.key = cache, name, key
+        self.log = cache.run_dir / name / self.LOG
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch / EGL state
+        self.process = ctx.Process(
+            target=_execute_stage,
+            daemon=True,
+            args=(
+                str(cache.run_dir),
+                name,
+                key,
+                settings,
+                inputs,
+                functools.partial(_logged, fn, self.LOG),
+                torch_threads,
+            ),
+        )
+        self.process.start()
+
+    def result(self) -> StageRecord:
+        self.process.join()
+        rec = self.cache.lookup(self.name, self.key)
+        if self.process.exitcode != 0 or rec is None:
+            raise RuntimeError(
+                f"stage {self.name} failed in its background process (exit code "
+                f"{self.process.exitcode}); its output and traceback: {self.log}"
+            )
+        rec.cached = False
+        return rec
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join()

@@ -1,12 +1,13 @@
 """The demo's settings: one typed dataclass per stage, filled from a profile YAML.
 
-The training stages nest the trainers' own configs (:class:`~embodied_gym.visaligner.train.TrainConfig`,
-:class:`~embodied_gym.visaligner.generate.AlignedDemosConfig`, :class:`~embodied_gym.policies.act.ACTTrainConfig`,
+The training stages nest the trainers' own configs (:class:`~embodied_gym.visaligner.training.VisAlignerTrainConfig`,
+:class:`~embodied_gym.recording.aligned.AlignedDemosConfig`, :class:`~embodied_gym.policies.act.ACTTrainConfig`,
 :class:`~embodied_gym.policies.tpo.TPOConfig`, and calibration's
 :class:`~embodied_gym.physaligner.calibrate.CalibrationConfig`), so a setting has the same name in a
 profile as on that trainer's command line.
 
-Profiles live in ``embodied_gym/demo/profiles/`` (``quick``, ``full``, ``smoke``). ``--config FILE``
+Each section is what one stage of :data:`embodied_gym.demo.stages.STAGES` receives. Profiles live in
+``embodied_gym/demo/profiles/`` (``quick``, ``full``, ``benchmark``, ``smoke``, ``smoke_images``). ``--config FILE``
 overrides any field of the chosen profile; unknown stages or fields are errors naming them.
 :meth:`DemoConfig.check` (run before any stage) refuses settings that cannot run here: a missing
 ResNet weights file where the profile requires one (``full``), a cuda device without a GPU.
@@ -23,19 +24,23 @@ import yaml
 from embodied_gym.configs import merge, setting
 from embodied_gym.data.features import AFTER_SUCCESS_STEPS
 from embodied_gym.data.writer import DEFAULT_CRF
-from embodied_gym.perception.train import PoseTrainConfig
+from embodied_gym.perception.configuration import PoseEstimatorConfig
+from embodied_gym.perception.pose_entry import POSE_SOURCES, POSE_UPDATES
+from embodied_gym.perception.training import PoseTrainConfig
 from embodied_gym.physaligner.calibrate import CalibrationConfig
-from embodied_gym.policies.act.configuration import ACTTrainConfig
+from embodied_gym.policies.act.configuration import PRESETS, ACTTrainConfig
 from embodied_gym.policies.tpo import TPOConfig
-from embodied_gym.visaligner.generate import AlignedDemosConfig
-from embodied_gym.visaligner.train import TrainConfig
+from embodied_gym.recording.aligned import AlignedDemosConfig
+from embodied_gym.sim.tasks import TASKS
+from embodied_gym.visaligner.configuration import preset
+from embodied_gym.visaligner.training import VisAlignerTrainConfig
 
 PROFILES = Path(__file__).with_name("profiles")
 
 
 @dataclass
-class RecordSettings:
-    """Stage 1: scripted-expert demonstrations on the stand-in ("real") robot."""
+class RecordStageConfig:
+    """Stage ``record``: scripted-expert demonstrations on the stand-in robot."""
 
     episodes: int = 50
     camera: str = "cam_high"
@@ -43,29 +48,39 @@ class RecordSettings:
     seed: int = 0
     after_success_steps: int = AFTER_SUCCESS_STEPS  # control steps recorded after the first success
     crf: int = DEFAULT_CRF  # video quality (lower keeps more; 0 lossless)
-    workers: int | None = None  # processes that roll out the episodes (default: the CPU count)
+    workers: int | None = setting(
+        None, help="processes that roll out the episodes (default: the CPU count)", cache_key=False
+    )
 
 
 @dataclass
-class PerceptionSettings:
-    """Stage 0 (``observation: pose_estimate``): the pose estimator every policy reads, trained in the
-    sim on scripted-expert frames with domain-randomised scene looks (never the stand-in's)."""
+class PerceptionStageConfig:
+    """Stage ``perception`` (``observation: pose_estimate``): the pose estimator every policy reads,
+    trained in the sim on scripted-expert frames with domain-randomised scene looks (never the stand-in's)."""
 
+    model: str | None = setting(
+        None,
+        metavar="FOLDER",
+        help="a trained pose estimator's folder (embodied-gym perception train) to use instead of training one",
+    )
     episodes: int = setting(60, help="sim episodes whose frames train the estimator (seeds 0..)")
     layouts_per_episode: int = setting(20, help="extra frames of fresh layouts after each episode")
     frame_stride: int = setting(4, help="keep every k-th frame of an episode")
-    workers: int | None = setting(None, help="processes that render the frames (default: the CPU count)")
+    workers: int | None = setting(
+        None, help="processes that render the frames (default: the CPU count)", cache_key=False
+    )
     robot_offset: bool = setting(
         True,
         help="correct the estimator's constant bias on the robot's camera, measured "
         "on the recorded demonstrations (stage perception_offset; PickCup)",
+        cache_key=False,  # the perception_offset stage's setting, not the estimator's
     )
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 
 @dataclass
-class CalibrateSettings(CalibrationConfig):
-    """Stage 2: calibration of the sim's physics on the recorded demonstrations (any CalibrationConfig
+class CalibrateStageConfig(CalibrationConfig):
+    """Stage ``calibrate``: calibration of the sim's physics on the recorded demonstrations (any CalibrationConfig
     field; the method defaults to the recommended one), plus which parameters are free."""
 
     free: list[str] | None = None  # parameter names to calibrate (default: all)
@@ -78,8 +93,8 @@ def _stage(cls, **defaults):
 
 
 @dataclass
-class EvalSettings:
-    """Stage 7: every policy on the stand-in robot."""
+class EvaluateStageConfig:
+    """Stage ``evaluate``: every policy on the stand-in robot, on the same seeds."""
 
     episodes: int = 50
     seed: int = 100_000
@@ -90,7 +105,28 @@ class EvalSettings:
     # at_reset (the reset frame's estimate held for the episode, before any arm occludes the objects);
     # None: as each policy's data was recorded (every_frame here)
     pose_update: str | None = None
-    workers: int | None = None  # processes that run a policy's episodes (default: the CPU count)
+    workers: int | None = setting(
+        None, help="processes that run a policy's episodes (default: the CPU count)", cache_key=False
+    )
+    policies: list[str] = setting(
+        default_factory=lambda: ["expert", "act_stand_in", "act_aligned", "tpo"],
+        help="what is evaluated on the stand-in: expert and the stages that train a policy "
+        "(act_stand_in, act_aligned, act_nominal, tpo)",
+    )
+    comparisons: list[list[str]] = setting(
+        default_factory=lambda: [["act_aligned", "act_stand_in"], ["tpo", "act_aligned"]],
+        help="pairs of evaluated policies tested on the same seeds (exact McNemar)",
+    )
+    in_sim: list[str] = setting(
+        default_factory=list,
+        help="policies also evaluated in the calibrated sim they were trained in (entries NAME_in_sim)",
+    )
+    ablation_estimator: str | None = setting(
+        None,
+        metavar="FOLDER",
+        help="another pose estimator (e.g. trained on raw sim renders) the aligned-sim policy is also "
+        "evaluated with on the stand-in (entry act_aligned_ablation_estimator)",
+    )
 
 
 OBSERVATIONS = ("pose_estimate", "images")
@@ -105,7 +141,7 @@ class DemoConfig:
     # aligned sim's frames; a GPU path).
     observation: str = "pose_estimate"
     # With pose_estimate: the object poses the aligned-sim demos store. ground_truth: the simulator's
-    # own (exact labels, no camera rendered; the better policy on PickCup, BENCHMARKS.md); estimate: the
+    # own (exact labels, no camera rendered); estimate: the
     # estimator's, as the robot's demos have. Every policy is evaluated on the estimate either way.
     sim_pose_source: str = "ground_truth"
     # The robot the demo runs against: a stand-in config YAML (default: the shipped stand-in world).
@@ -114,24 +150,27 @@ class DemoConfig:
     camera_fps: float | None = None
     max_episode_steps: int | None = None  # every env's time limit (default: the task's own)
     torch_threads: int | None = None  # torch's CPU threads (default: torch's, one per core)
-    # True: ACT on the stand-in demos (act_real) trains in a second process while calibrate, generate and
-    # act_aligned run (it reads only the recording), so a 2-core machine uses both cores; False: in turn.
-    background_act_real: bool = True
+    # True: ACT on the stand-in demos (act_stand_in) trains in a second process while calibrate, generate
+    # and act_aligned run (it reads only the recording), so a 2-core machine uses both cores; False: in turn.
+    background_act_stand_in: bool = True
+    # True: also generate demonstrations in the uncalibrated (nominal) sim and train ACT on them
+    # (generate_nominal, act_nominal): what calibration is measured against (the policy benchmark's row b).
+    nominal_sim: bool = False
     # True (the full profile): ACT's ResNet starts from a local pretrained weights file, as ACT trains
     # (ImageNet ResNet-18, Zhao et al., arXiv 2304.13705); without --act.backbone-weights FILE the demo stops
     require_backbone_weights: bool = False
-    perception: PerceptionSettings = field(default_factory=PerceptionSettings)
-    record: RecordSettings = field(default_factory=RecordSettings)
-    calibrate: CalibrateSettings = field(default_factory=CalibrateSettings)
-    # Stage 3: VisAligner on the paired real/sim episodes.
-    visaligner: TrainConfig = _stage(TrainConfig)
-    # Stage 4: expert rollouts in the aligned sim (calibrated physics), frames through VisAligner.
+    perception: PerceptionStageConfig = field(default_factory=PerceptionStageConfig)
+    record: RecordStageConfig = field(default_factory=RecordStageConfig)
+    calibrate: CalibrateStageConfig = field(default_factory=CalibrateStageConfig)
+    # Stage visaligner: VisAligner on the paired stand-in/sim episodes.
+    visaligner: VisAlignerTrainConfig = _stage(VisAlignerTrainConfig)
+    # Stages generate (and generate_nominal): expert rollouts in the sim, frames through VisAligner.
     generate: AlignedDemosConfig = _stage(AlignedDemosConfig, episodes=50)
-    # Stage 5: ACT (LeRobot) on one camera, for the aligned-sim data and the real-data baseline.
+    # Stages act_stand_in, act_aligned (and act_nominal): ACT (LeRobot) on each dataset.
     act: ACTTrainConfig = _stage(ACTTrainConfig)
-    # Stage 6: TPO fine-tuning in the aligned sim.
+    # Stage tpo: TPO fine-tuning in the aligned sim.
     tpo: TPOConfig = _stage(TPOConfig, iterations=2)
-    evaluate: EvalSettings = field(default_factory=EvalSettings)
+    evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -156,9 +195,7 @@ class DemoConfig:
         """
         import torch
 
-        from embodied_gym.policies.act.configuration import PRESETS
         from embodied_gym.policies.act.modeling import BACKBONE_WEIGHTS_RECIPE, check_backbone_weights
-        from embodied_gym.visaligner.presets import preset
 
         check_config(self)
         images = self.observation == "images" and self.act.images is not False
@@ -193,8 +230,6 @@ class DemoConfig:
 
 def load_config(profile: str = "quick", override: str | None = None) -> DemoConfig:
     """The ``profile``'s settings, then ``override`` (a YAML file) on top."""
-    from embodied_gym.sim.tasks import TASKS
-
     path = PROFILES / f"{profile}.yaml"
     if not path.exists():
         raise ValueError(f"unknown demo profile {profile!r}; valid: {sorted(p.stem for p in PROFILES.glob('*.yaml'))}")
@@ -203,24 +238,21 @@ def load_config(profile: str = "quick", override: str | None = None) -> DemoConf
         if not Path(override).exists():
             raise FileNotFoundError(f"--config {override}: no such file")
         cfg = merge(cfg, yaml.safe_load(Path(override).read_text()) or {}, override)
-    check_config(cfg, TASKS)
+    check_config(cfg)
     return cfg
 
 
-def check_config(cfg: DemoConfig, tasks=None) -> None:
-    """Raises ValueError naming the setting: an unknown task or observation, a missing robot config."""
-    if tasks is None:
-        from embodied_gym.sim.tasks import TASKS as tasks
-    unknown = [t for t in cfg.tasks if t not in tasks]
+def check_config(cfg: DemoConfig) -> None:
+    """Raises ValueError naming the setting: an unknown task or observation, a missing robot config,
+    an evaluation of a policy the loop does not train."""
+    unknown = [t for t in cfg.tasks if t not in TASKS]
     if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(tasks)}")
+        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)}")
     if cfg.observation not in OBSERVATIONS:
         raise ValueError(f"observation: {cfg.observation!r} is not one of {list(OBSERVATIONS)}")
-    from embodied_gym.perception.wrapper import POSE_SOURCES
 
     if cfg.sim_pose_source not in POSE_SOURCES:
         raise ValueError(f"sim_pose_source: {cfg.sim_pose_source!r} is not one of {list(POSE_SOURCES)}")
-    from embodied_gym.perception.wrapper import POSE_UPDATES
 
     if cfg.evaluate.pose_update is not None and cfg.evaluate.pose_update not in POSE_UPDATES:
         raise ValueError(
@@ -228,8 +260,6 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
             f"(or null: as each policy's data was recorded)"
         )
     if cfg.observation == "pose_estimate":
-        from embodied_gym.perception.configuration import PoseEstimatorConfig
-
         for t in cfg.tasks:
             try:
                 PoseEstimatorConfig(task=t)
@@ -243,3 +273,26 @@ def check_config(cfg: DemoConfig, tasks=None) -> None:
             f"robot_config {cfg.robot_config}: no such file (give a robot config YAML, such "
             f"as the ones in embodied_gym/robots/)"
         )
+    _check_evaluate(cfg)
+
+
+def _check_evaluate(cfg: DemoConfig) -> None:
+    """The evaluate section names only policies the loop trains, and compares only what it evaluates."""
+    e = cfg.evaluate
+    trained = ["act_stand_in", "act_aligned", "tpo", *(["act_nominal"] if cfg.nominal_sim else [])]
+    unknown = [p for p in e.policies if p != "expert" and p not in trained]
+    if unknown:
+        extra = " (act_nominal needs nominal_sim: true)" if "act_nominal" in unknown else ""
+        raise ValueError(
+            f"evaluate.policies: {unknown} are not trained by the loop; valid: {['expert', *trained]}{extra}"
+        )
+    not_evaluated = [p for p in e.in_sim if p not in e.policies or p == "expert"]
+    if not_evaluated:
+        raise ValueError(f"evaluate.in_sim: {not_evaluated} must be trained policies listed in evaluate.policies")
+    # every entry the evaluate stage can write; a pair it did not evaluate this run is left out
+    names = ["expert", *trained, *(f"{p}_in_sim" for p in e.in_sim), "act_aligned_ablation_estimator"]
+    if e.ablation_estimator and ("act_aligned" not in e.policies or cfg.observation != "pose_estimate"):
+        raise ValueError("evaluate.ablation_estimator needs observation: pose_estimate and act_aligned evaluated")
+    for pair in e.comparisons:
+        if len(pair) != 2 or any(p not in names for p in pair):
+            raise ValueError(f"evaluate.comparisons: {pair} must be two entries of {names}")

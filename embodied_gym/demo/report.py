@@ -19,9 +19,12 @@ from embodied_gym.sim.tasks import TASKS
 PAPER = {name: cls.paper_success for name, cls in TASKS.items() if cls.paper_success is not None}
 LABELS = {
     "expert": "scripted expert",
-    "act_real": "ACT, stand-in demos",
+    "act_stand_in": "ACT, stand-in demos",
+    "act_nominal": "ACT, nominal sim",
     "act_aligned": "ACT, aligned sim",
     "tpo": "ACT, aligned sim + TPO",
+    "act_aligned_ablation_estimator": "ACT, aligned sim, ablation estimator",
+    "act_aligned_in_sim": "ACT, aligned sim, in its own sim",
 }
 
 
@@ -135,7 +138,157 @@ def _tpo_choice(tpo: dict, config: dict) -> str:
     )
 
 
+def _perception_section(st: dict) -> list[str]:
+    """The pose estimator every policy reads, when the loop trained one."""
+    parts: list[str] = []
+    per = st.get("perception", {}).get("outputs", {})
+    if per.get("model"):
+        parts.append("<h3>0. Perception: the pose estimator every policy reads</h3>")
+        errs = per.get("val_errors") or {}
+        cells = "; ".join(
+            f"{html.escape(o)}: {e.get('xy_cm', float('nan')):.2f} cm in xy"
+            + (f", {e['z_cm']:.2f} cm in z" if "z_cm" in e else "")
+            for o, e in errs.items()
+            if isinstance(e, dict)
+        )
+        parts.append(
+            f"<p>Trained in the sim on frames with domain-randomised looks (never the stand-in's); "
+            f"held-out sim error: {cells or 'n/a'}. Policies read its estimate of the stand-in's "
+            f"camera frames.</p>"
+        )
+        if per.get("loss_png") and Path(per["loss_png"]).exists():
+            parts.append(_img(per["loss_png"], 500))
+    return parts
+
+
+def _record_and_calibration_section(st: dict) -> list[str]:
+    """The stand-in demonstrations and the calibration fitted to them."""
+    parts: list[str] = []
+    parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
+    rec = st["record"]["outputs"]
+    parts.append(
+        f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
+        f"({rec['expert_success']:.0%} successful).</p>"
+    )
+    cal = st["calibrate"]["outputs"]
+    parts.append(_calibration_table(cal["result"]))
+    if Path(cal["paths_png"]).exists():
+        parts.append(
+            "<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
+            "calibrated sim (green).</p>" + _img(cal["paths_png"], 900)
+        )
+    return parts
+
+
+def _visaligner_section(st: dict) -> list[str]:
+    """VisAligner's held-out sample, or why the stage was skipped."""
+    parts: list[str] = []
+    vis = st["visaligner"]["outputs"]
+    if vis.get("skipped"):
+        parts.append(f"<h3>3. VisAligner</h3><p>Skipped: {html.escape(vis['skipped'])}.</p>")
+    else:
+        parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
+        grid = _latest(vis["samples"], "*.png")
+        mp4 = _latest(vis["samples"], "*.mp4")
+        if grid is not None:
+            parts.append(
+                f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
+                f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>"
+            )
+            parts.append(_img(grid, 900))
+        if mp4 is not None:
+            parts.append(_video(mp4, 600))
+    return parts
+
+
+def _generate_and_offset_section(st: dict) -> list[str]:
+    """The aligned-sim training data and the estimator's bias on the robot's camera."""
+    parts: list[str] = []
+    gen = st["generate"]["outputs"]
+    parts.append(
+        f"<p>Aligned-sim training data: {gen.get('episodes', '')} demonstrations in "
+        f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
+        f"{gen['sim_expert_success']:.0%}).</p>"
+    )
+    off = st.get("perception_offset", {}).get("outputs", {})
+    if off.get("model"):
+        dx, dy = off["correction_cm"]
+        parts.append(
+            f"<p>The estimator's bias on the stand-in's camera, measured on the {off['robot_episodes']} "
+            f"recorded demonstrations (where the gripper held the cup, from the joint encoders, against "
+            f"the sim's grasp offset): corrected by ({dx:+.2f}, {dy:+.2f}) cm in (x, y). The sim-trained "
+            f"policies read the corrected estimate; ACT on the stand-in demos reads the estimate its "
+            f"demonstrations were recorded with.</p>"
+        )
+    elif off.get("skipped"):
+        parts.append(
+            f"<p>The estimator's bias on the stand-in's camera was not corrected: {html.escape(off['skipped'])}.</p>"
+        )
+    return parts
+
+
+def _policies_section(task: str, t: dict, config: dict) -> list[str]:
+    """Every policy on the stand-in: the chart, the table, the paired tests, TPO's choice, videos."""
+    st = t["stages"]
+    parts: list[str] = []
+    parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
+    parts.append(success_chart(task, t["evaluation"]))
+    parts.append(
+        "<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th>"
+        "<th>reset-frame estimate off by (cm, mean)</th></tr>"
+    )
+    for name, e in t["evaluation"].items():
+        err = e.get("mean_reset_pose_error_cm")  # absent from evaluations cached before it existed
+        parts.append(
+            f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
+            f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td>"
+            f"<td>{'-' if err is None else f'{err:.2f}'}</td></tr>"
+        )
+    parts.append("</table>")
+    parts.append(
+        "<p>The last column is how far the pose estimate each policy started from was from the stand-in's "
+        "reported cup position (its motion-capture truth, read for this report only, never by a policy): "
+        "the grasp tolerates about 1 cm, so a policy that fails where this is large failed on perception.</p>"
+    )
+    if t.get("paired"):
+        parts.append(
+            "<table><tr><th>paired comparison (same seeds)</th><th>success rates</th>"
+            "<th>seeds only the first / only the second succeeded on</th><th>exact McNemar p</th></tr>"
+        )
+        for c in t["paired"]:
+            parts.append(
+                f"<tr><td>{LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])}</td>"
+                f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
+                f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>"
+            )
+        parts.append("</table>")
+    parts.append(_tpo_choice(st.get("tpo", {}).get("outputs", {}), config))
+    videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
+    parts.append(
+        "<p>"
+        + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>" for n, v in videos if v is not None)
+        + "</p>"
+    )
+    return parts
+
+
+def _wall_time_section(st: dict) -> list[str]:
+    """Each stage's wall time, cached or in a background process."""
+    parts: list[str] = []
+    parts.append("<h3>Wall time per stage</h3><table><tr><th>stage</th><th>seconds</th><th></th></tr>")
+    for name, s in st.items():
+        parts.append(
+            f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
+            f"<td>{'cached (from an earlier run)' if s['cached'] else ''}"
+            f"{'in a background process, beside the stages after record' if s.get('background') else ''}"
+            f"</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
+
+
 def write_report(summary: dict, path: str | os.PathLike) -> Path:
+    """The run's HTML report: per task, each stage's outputs in the loop's order, then the wall times."""
     path = Path(path)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>embodied-gym demo</title><style>",
@@ -153,119 +306,12 @@ def write_report(summary: dict, path: str | os.PathLike) -> Path:
     for task, t in summary["tasks"].items():
         st = t["stages"]
         parts.append(f"<h2>{task}</h2>")
-        per = st.get("perception", {}).get("outputs", {})
-        if per.get("model"):
-            parts.append("<h3>0. Perception: the pose estimator every policy reads</h3>")
-            errs = per.get("val_errors") or {}
-            cells = "; ".join(
-                f"{html.escape(o)}: {e.get('xy_cm', float('nan')):.2f} cm in xy"
-                + (f", {e['z_cm']:.2f} cm in z" if "z_cm" in e else "")
-                for o, e in errs.items()
-                if isinstance(e, dict)
-            )
-            parts.append(
-                f"<p>Trained in the sim on frames with domain-randomised looks (never the stand-in's); "
-                f"held-out sim error: {cells or 'n/a'}. Policies read its estimate of the stand-in's "
-                f"camera frames.</p>"
-            )
-            if per.get("loss_png") and Path(per["loss_png"]).exists():
-                parts.append(_img(per["loss_png"], 500))
-        parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
-        rec = st["record"]["outputs"]
-        parts.append(
-            f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
-            f"({rec['expert_success']:.0%} successful).</p>"
-        )
-        cal = st["calibrate"]["outputs"]
-        parts.append(_calibration_table(cal["result"]))
-        if Path(cal["paths_png"]).exists():
-            parts.append(
-                "<p>End-effector paths of held-out episodes: stand-in (black) vs nominal sim (red) vs "
-                "calibrated sim (green).</p>" + _img(cal["paths_png"], 900)
-            )
-        vis = st["visaligner"]["outputs"]
-        if vis.get("skipped"):
-            parts.append(f"<h3>3. VisAligner</h3><p>Skipped: {html.escape(vis['skipped'])}.</p>")
-        else:
-            parts.append("<h3>3-4. VisAligner: stand-in | sim condition | generated</h3>")
-            grid = _latest(vis["samples"], "*.png")
-            mp4 = _latest(vis["samples"], "*.mp4")
-            if grid is not None:
-                parts.append(
-                    f"<p>Held-out sample ({html.escape(grid.name)}), columns: stand-in camera (ground truth) | "
-                    f"condition (sim render + object masks, frame 0 = real reference) | VisAligner.</p>"
-                )
-                parts.append(_img(grid, 900))
-            if mp4 is not None:
-                parts.append(_video(mp4, 600))
-        gen = st["generate"]["outputs"]
-        parts.append(
-            f"<p>Aligned-sim training data: {gen.get('episodes', '')} demonstrations in "
-            f"{html.escape(gen['dataset'])} (expert success in the calibrated sim "
-            f"{gen['sim_expert_success']:.0%}).</p>"
-        )
-        off = st.get("perception_offset", {}).get("outputs", {})
-        if off.get("model"):
-            dx, dy = off["correction_cm"]
-            parts.append(
-                f"<p>The estimator's bias on the stand-in's camera, measured on the {off['robot_episodes']} "
-                f"recorded demonstrations (where the gripper held the cup, from the joint encoders, against "
-                f"the sim's grasp offset): corrected by ({dx:+.2f}, {dy:+.2f}) cm in (x, y). The sim-trained "
-                f"policies read the corrected estimate; ACT on the stand-in demos reads the estimate its "
-                f"demonstrations were recorded with.</p>"
-            )
-        elif off.get("skipped"):
-            parts.append(
-                f"<p>The estimator's bias on the stand-in's camera was not corrected: "
-                f"{html.escape(off['skipped'])}.</p>"
-            )
-        parts.append("<h3>5-7. Policies on the stand-in robot</h3>")
-        parts.append(success_chart(task, t["evaluation"]))
-        parts.append(
-            "<table><tr><th>policy</th><th>success</th><th>95 % CI</th><th>episodes</th>"
-            "<th>reset-frame estimate off by (cm, mean)</th></tr>"
-        )
-        for name, e in t["evaluation"].items():
-            err = e.get("mean_reset_pose_error_cm")  # absent from evaluations cached before it existed
-            parts.append(
-                f"<tr><td>{_label(name, e)}</td><td>{e['success_rate']:.0%}</td>"
-                f"<td>{e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}</td><td>{e['episodes']}</td>"
-                f"<td>{'-' if err is None else f'{err:.2f}'}</td></tr>"
-            )
-        parts.append("</table>")
-        parts.append(
-            "<p>The last column is how far the pose estimate each policy started from was from the stand-in's "
-            "reported cup position (its motion-capture truth, read for this report only, never by a policy): "
-            "the grasp tolerates about 1 cm, so a policy that fails where this is large failed on perception.</p>"
-        )
-        if t.get("paired"):
-            parts.append(
-                "<table><tr><th>paired comparison (same seeds)</th><th>success rates</th>"
-                "<th>seeds only the first / only the second succeeded on</th><th>exact McNemar p</th></tr>"
-            )
-            for c in t["paired"]:
-                parts.append(
-                    f"<tr><td>{LABELS.get(c['a'], c['a'])} vs {LABELS.get(c['b'], c['b'])}</td>"
-                    f"<td>{c['rate_a']:.0%} vs {c['rate_b']:.0%} (n = {c['n']})</td>"
-                    f"<td>{c['only_a']} / {c['only_b']}</td><td>{c['p_value']:.3g}</td></tr>"
-                )
-            parts.append("</table>")
-        parts.append(_tpo_choice(st.get("tpo", {}).get("outputs", {}), summary["config"]))
-        videos = [(n, _latest(Path(st["evaluate"]["folder"]) / f"{n}_videos", "*.mp4")) for n in t["evaluation"]]
-        parts.append(
-            "<p>"
-            + " ".join(f"<span>{LABELS.get(n, n)}<br>{_video(v, 260)}</span>" for n, v in videos if v is not None)
-            + "</p>"
-        )
-        parts.append("<h3>Wall time per stage</h3><table><tr><th>stage</th><th>seconds</th><th></th></tr>")
-        for name, s in st.items():
-            parts.append(
-                f"<tr><td>{name}</td><td>{s['wall_time_s']:.0f}</td>"
-                f"<td>{'cached (from an earlier run)' if s['cached'] else ''}"
-                f"{'in a background process, beside the stages after record' if s.get('background') else ''}"
-                f"</td></tr>"
-            )
-        parts.append("</table>")
+        parts += _perception_section(st)
+        parts += _record_and_calibration_section(st)
+        parts += _visaligner_section(st)
+        parts += _generate_and_offset_section(st)
+        parts += _policies_section(task, t, summary["config"])
+        parts += _wall_time_section(st)
     parts.append("</body></html>")
     write_text(path, "\n".join(parts))
     return path
