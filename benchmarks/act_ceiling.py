@@ -10,7 +10,7 @@ std (std floored at 1e-2, as embodied_gym.policies.act does), ``--steps`` AdamW 
 one torch thread. Evaluation: ``--eval`` episodes (seeds 100000+) in the sim, with temporal ensembling
 (``ens``, coefficient 0.01) and with 10-action chunks (``chunk10``). Results: ``<out>/<name>.json``.
 
-    # the three settings docs/policies.md quotes (about 8 min each on one core)
+    # the three settings of BENCHMARKS.md, "ACT's learning rate"
     MUJOCO_GL=egl .venv/bin/python benchmarks/act_ceiling.py --name const1 --lr 1e-4 --sched const
     MUJOCO_GL=egl .venv/bin/python benchmarks/act_ceiling.py --name cos1d0 --lr 1e-4 --sched cos --dropout 0
     MUJOCO_GL=egl .venv/bin/python benchmarks/act_ceiling.py --name cos3 --lr 3e-4 --sched cos

@@ -3,7 +3,7 @@
     MUJOCO_GL=egl .venv/bin/python benchmarks/env_benchmark.py [--episodes 50] [--out benchmarks/results/env.json]
     MUJOCO_GL=egl .venv/bin/python benchmarks/env_benchmark.py --overhead-only   # the state-obs overhead row alone
 
-Prints a Markdown table (pasted into BENCHMARKS.md) and writes the raw figures as JSON.
+Prints a Markdown table (pasted into BENCHMARKS.md, Environment speed section) and writes the raw figures as JSON.
 """
 
 from __future__ import annotations

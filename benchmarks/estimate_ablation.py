@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -40,9 +41,11 @@ import numpy as np
 import torch
 
 from embodied_gym.atomic import write_json
-from embodied_gym.perception.wrapper import KEY, GroundTruthPoseWrapper, true_pose_entry
+from embodied_gym.factory import make_env_for
+from embodied_gym.perception.pose_entry import KEY, true_pose_entry
+from embodied_gym.policies.agents import load_agent
 from embodied_gym.policies.evaluate import paired_comparison
-from embodied_gym.policies.loading import load_agent, make_env_for
+from embodied_gym.wrappers.pose import GroundTruthPoseWrapper
 
 BIN = 10  # control steps per row of the error table
 REST_Z = 0.005  # m: the cup counts as resting on the table below this height
@@ -54,7 +57,7 @@ class _StandInTruth(gym.Wrapper):
     rate (what :class:`GroundTruthPoseWrapper` does for a sim env; it refuses robots)."""
 
     def __init__(self, env, config):
-        from embodied_gym.envs.spaces import camera_period
+        from embodied_gym.sim.timing import camera_period
 
         super().__init__(env)
         self.config = config
@@ -76,8 +79,10 @@ class _StandInTruth(gym.Wrapper):
         return self._with_truth(obs, info), reward, terminated, truncated, info
 
 
-def run(args) -> dict:
+def _agent_and_env(args):
+    """The policy, its env with the truth beside the estimate (``obs[TRUTH_KEY]``), and the env's kinematics."""
     import embodied_gym
+    from embodied_gym.sim.kinematics import ArmKinematics
 
     agent = load_agent(args.policy, temporal_ensemble_coeff=args.temporal_ensemble)
     real = embodied_gym.parse_env_id(args.env).real
@@ -86,49 +91,55 @@ def run(args) -> dict:
     # the true position as a camera frame at this step would show it, beside the estimate (the stand-in:
     # computed here from its info, as GroundTruthPoseWrapper refuses robots)
     env = _StandInTruth(env, estimator.config) if real else GroundTruthPoseWrapper(env, estimator, key=TRUTH_KEY)
-    from embodied_gym.sim import robot
-    from embodied_gym.sim.kinematics import ArmKinematics
-
     kin = ArmKinematics(env.unwrapped.kinematics.model, env.unwrapped.kinematics.idx)
-    successes, errors = {}, []  # errors: (step, xy error m, z error m) while the cup rests
-    t0 = time.time()
-    try:
-        for i in range(args.episodes):
-            seed = args.seed + i
-            agent.reset()
-            obs, info = env.reset(seed=seed)
-            first = held = None  # set at step 0 by the feeds that hold an estimate
-            while True:
-                true = np.asarray(info["object_poses"]["cup"][:3], np.float32)
-                est = obs[KEY]
-                if true[2] < REST_Z:
-                    errors.append(
-                        (info["step"], float(np.linalg.norm(est[:2] - true[:2])), float(abs(est[2] - true[2])))
-                    )
-                if args.feed == "truth":
-                    fed = {**obs, KEY: obs[TRUTH_KEY]}
-                elif args.feed == "first":  # the first frame's estimate, before any arm moves, held throughout
-                    first = est.copy() if info["step"] == 0 else first
-                    fed = {**obs, KEY: first}
-                elif args.feed == "hold_near":  # hold the estimate while a TCP is within --hold-radius of it
-                    q = np.asarray(obs["joint_pos"], np.float64)[robot.ARM_INDICES]
-                    tcps = [kin.tcp_pose(q, arm)[0][:2] for arm in (0, 1)]
-                    if info["step"] == 0 or min(np.linalg.norm(t - held[:2]) for t in tcps) > args.hold_radius:
-                        held = est.copy()
-                    fed = {**obs, KEY: held}
-                else:
-                    fed = obs
-                obs, _, terminated, truncated, info = env.step(agent(fed, info))
-                if terminated or truncated:
-                    break
-            successes[seed] = bool(info.get("is_success"))
-            print(
-                f"episode {i + 1}/{args.episodes}: {'success' if successes[seed] else 'failure'} "
-                f"({np.mean(list(successes.values())):.0%} so far, {time.time() - t0:.0f} s)",
-                flush=True,
-            )
-    finally:
-        env.close()
+    return agent, env, kin
+
+
+@dataclass
+class _Feed:
+    """What ``--feed`` puts in the policy's ``obs[KEY]``, and the estimate it holds over an episode."""
+
+    feed: str
+    hold_radius: float
+    kin: object
+    first: np.ndarray | None = None  # set at step 0 by the feeds that hold an estimate
+    held: np.ndarray | None = None
+
+    def __call__(self, obs: dict, info: dict) -> dict:
+        from embodied_gym.sim import robot
+
+        est = obs[KEY]
+        if self.feed == "truth":
+            return {**obs, KEY: obs[TRUTH_KEY]}
+        if self.feed == "first":  # the first frame's estimate, before any arm moves, held throughout
+            self.first = est.copy() if info["step"] == 0 else self.first
+            return {**obs, KEY: self.first}
+        if self.feed == "hold_near":  # hold the estimate while a TCP is within --hold-radius of it
+            q = np.asarray(obs["joint_pos"], np.float64)[robot.ARM_INDICES]
+            tcps = [self.kin.tcp_pose(q, arm)[0][:2] for arm in (0, 1)]
+            if info["step"] == 0 or min(np.linalg.norm(t - self.held[:2]) for t in tcps) > self.hold_radius:
+                self.held = est.copy()
+            return {**obs, KEY: self.held}
+        return obs
+
+
+def _episode(env, agent, args, kin, seed: int, errors: list) -> bool:
+    """One episode fed as ``--feed`` says; appends (step, xy error m, z error m) while the cup rests."""
+    agent.reset()
+    obs, info = env.reset(seed=seed)
+    feed = _Feed(args.feed, args.hold_radius, kin)
+    while True:
+        true = np.asarray(info["object_poses"]["cup"][:3], np.float32)
+        est = obs[KEY]
+        if true[2] < REST_Z:
+            errors.append((info["step"], float(np.linalg.norm(est[:2] - true[:2])), float(abs(est[2] - true[2]))))
+        obs, _, terminated, truncated, info = env.step(agent(feed(obs, info), info))
+        if terminated or truncated:
+            return bool(info.get("is_success"))
+
+
+def _error_table(errors: list) -> list[dict]:
+    """The estimate's error while the cup rests, per ``BIN`` control steps with at least 20 frames."""
     e = np.array(errors)
     table = []
     for start in range(0, int(e[:, 0].max()) + 1, BIN):
@@ -143,6 +154,24 @@ def run(args) -> dict:
                     "z_cm": 100 * float(e[sel, 2].mean()),
                 }
             )
+    return table
+
+
+def run(args) -> dict:
+    agent, env, kin = _agent_and_env(args)
+    successes, errors = {}, []  # errors: (step, xy error m, z error m) while the cup rests
+    t0 = time.time()
+    try:
+        for i in range(args.episodes):
+            seed = args.seed + i
+            successes[seed] = _episode(env, agent, args, kin, seed, errors)
+            print(
+                f"episode {i + 1}/{args.episodes}: {'success' if successes[seed] else 'failure'} "
+                f"({np.mean(list(successes.values())):.0%} so far, {time.time() - t0:.0f} s)",
+                flush=True,
+            )
+    finally:
+        env.close()
     return {
         "policy": args.policy,
         "env": args.env,
@@ -152,7 +181,7 @@ def run(args) -> dict:
         "seed": args.seed,
         "success_rate": float(np.mean(list(successes.values()))),
         "successes": {str(k): v for k, v in successes.items()},
-        "estimate_error_while_resting": table,
+        "estimate_error_while_resting": _error_table(errors),
         "wall_time_s": time.time() - t0,
     }
 

@@ -13,7 +13,7 @@ motion-capture system would report it: evaluation only). The stand-in figure is 
 VisAligner (arXiv 2507.05198, section 3.2) has to close. Resumable: rerun the same command after an
 interruption.
 
-VisAligner frames (BENCHMARKS.md, "Perception on VisAligner frames"): models trained by
+VisAligner frames (BENCHMARKS.md, Perception section): models trained by
 ``benchmarks/visaligner.py --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128`` (the
 estimator's crop, where the cup is about 9 px wide), the reference frame a stand-in recording's first:
 
@@ -25,7 +25,7 @@ estimator's crop, where the cup is about 9 px wide), the reference frame a stand
 
 ``--with-raw`` also trains each VisAligner model's frames together with the raw renders of the same
 episodes (``visaligner_NAME_with_raw``): the renders' geometry is exact, the VisAligner frames carry
-the camera's look (BENCHMARKS.md, "One estimator on renders and VisAligner frames").
+the camera's look (BENCHMARKS.md, Perception section).
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from embodied_gym.atomic import write_json
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames
-from embodied_gym.perception.data import generate_visaligner_frames, randomized_look
+from embodied_gym.perception.data import randomized_look
 from embodied_gym.perception.visual_gap import measure_visual_gap
-from embodied_gym.visaligner.generate import reference_image
+from embodied_gym.visaligner.pose_frames import generate_visaligner_frames
+from embodied_gym.visaligner.render import reference_image
 
 
 def paired_standin_errors(out: str, config, names: list[str]) -> dict:
@@ -79,7 +80,7 @@ def paired_standin_errors(out: str, config, names: list[str]) -> dict:
     return {"xy_cm_per_standin_episode": per_episode, "tests": tests}
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", default="PickCup")
     p.add_argument("--out", default="runs/bench/perception")
@@ -140,17 +141,11 @@ def main():
         "model's frames of the same episodes together (augmented): the renders carry exact "
         "geometry, the VisAligner frames the camera's look",
     )
-    args = p.parse_args()
+    return p
 
-    config = PoseEstimatorConfig(task=args.task, **({"input_size": tuple(args.input_size)} if args.input_size else {}))
-    t0 = time.perf_counter()
-    sim_train = os.path.join(args.out, "frames", "sim_train")
-    randomized = os.path.join(args.out, "frames", "sim_train_randomized")
-    sets = {"raw": [sim_train], "raw_augmented": [sim_train], "randomized": [randomized]}
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in sets]
-    if unknown:
-        p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+
+def visaligner_models(p: argparse.ArgumentParser, args) -> dict[str, str]:
+    """``--visaligner NAME=MODEL`` as ``{"visaligner_NAME": MODEL}``."""
     models = {}
     for spec in args.visaligner:
         name, _, model = spec.partition("=")
@@ -159,6 +154,11 @@ def main():
         models[f"visaligner_{name}"] = model
     if models and not args.reference:
         p.error("--visaligner needs --reference (a real camera frame or a recorded dataset)")
+    return models
+
+
+def add_visaligner_sets(p, args, config, models: dict[str, str], sets: dict, variants: list[str], sim_train: str):
+    """Generate each VisAligner model's frames of the sim episodes; add its training set(s) and variant(s)."""
     if models:  # the real frame every generated episode starts from, read once
         os.makedirs(args.out, exist_ok=True)
         reference = reference_image(args.reference, config.camera, os.path.join(args.out, "reference.png"))
@@ -177,8 +177,10 @@ def main():
         if args.with_raw:
             sets[f"{name}_with_raw"] = [sim_train, folder]
             variants.append(f"{name}_with_raw")
-    if args.with_raw and not models:
-        p.error("--with-raw needs --visaligner NAME=MODEL")
+
+
+def generate_sim_frames(args, config, variants: list[str], sim_train: str, randomized: str) -> None:
+    """The raw renders (and the domain-randomised ones) of the sim episodes that the variants train on."""
     if {"raw", "raw_augmented"} & set(variants) or args.with_raw:
         generate_frames(
             sim_train,
@@ -196,6 +198,10 @@ def main():
             look=randomized_look,
             layouts_per_episode=args.layouts_per_episode,
         )
+
+
+def train_and_measure(args, config, variants: list[str], sets: dict) -> dict:
+    """Train each variant's model and measure it on held-out sim and stand-in frames."""
     results = {}
     for name in variants:
         folders = sets[name]
@@ -220,11 +226,10 @@ def main():
         results.setdefault("frames", r["frames"])
         results.setdefault("centre_baseline", r["centre_baseline"])
         results.setdefault("models", {}).update(r["models"])
-    results["paired"] = paired_standin_errors(args.out, config, list(results["models"]))
-    results["config"] = {**config.to_dict(), **vars(args)}
-    results["wall_s"] = time.perf_counter() - t0
-    write_json(os.path.join(args.out, "results.json"), results)
+    return results
 
+
+def print_results(args, config, results: dict) -> None:
     print(
         f"\n{args.task}: crop {config.crop} of a {config.frame_size} {config.camera} frame -> {config.input_size}; "
         f"frames: {results['frames']}; {results['wall_s'] / 60:.1f} min"
@@ -257,6 +262,31 @@ def main():
             f"  {pair}: first lower in {t['episodes_a_lower']}/{t['episodes']} episodes, exact Wilcoxon p = "
             f"{t['wilcoxon_p']:.3g}"
         )
+
+
+def main():
+    p = build_parser()
+    args = p.parse_args()
+    config = PoseEstimatorConfig(task=args.task, **({"input_size": tuple(args.input_size)} if args.input_size else {}))
+    t0 = time.perf_counter()
+    sim_train = os.path.join(args.out, "frames", "sim_train")
+    randomized = os.path.join(args.out, "frames", "sim_train_randomized")
+    sets = {"raw": [sim_train], "raw_augmented": [sim_train], "randomized": [randomized]}
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in sets]
+    if unknown:
+        p.error(f"unknown --variants {unknown}; valid: {list(sets)}")
+    models = visaligner_models(p, args)
+    add_visaligner_sets(p, args, config, models, sets, variants, sim_train)
+    if args.with_raw and not models:
+        p.error("--with-raw needs --visaligner NAME=MODEL")
+    generate_sim_frames(args, config, variants, sim_train, randomized)
+    results = train_and_measure(args, config, variants, sets)
+    results["paired"] = paired_standin_errors(args.out, config, list(results["models"]))
+    results["config"] = {**config.to_dict(), **vars(args)}
+    results["wall_s"] = time.perf_counter() - t0
+    write_json(os.path.join(args.out, "results.json"), results)
+    print_results(args, config, results)
 
 
 if __name__ == "__main__":

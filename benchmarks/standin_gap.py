@@ -21,8 +21,8 @@ import numpy as np
 
 import embodied_gym
 from embodied_gym.data.reader import load_episodes
-from embodied_gym.data.recording import record
 from embodied_gym.data.replay import replay_episode
+from embodied_gym.recording.episodes import record
 from embodied_gym.sim.tasks import TASKS
 
 

@@ -13,7 +13,7 @@ generated chunk by chunk. Frame 0 (the reference itself) is left out of every me
     MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner
 
 On the table region where the cup is about 9 px wide (the pose estimator's crop; BENCHMARKS.md,
-"VisAligner on the table region"), recorded at 240x320 (``--no-ablations``: the full model alone):
+VisAligner section), recorded at 240x320 (``--no-ablations``: the full model alone):
 
     MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner_crop \
         --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128
@@ -30,6 +30,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +71,7 @@ def at_size(ep, size):
     return PairedEpisode(ep.index, img(ep.real), img(ep.sim), msk(ep.sim_mask), msk(ep.real_mask))
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench/visaligner")
     ap.add_argument(
@@ -101,88 +102,40 @@ def main() -> int:
     ap.add_argument("--local3d-steps", type=int, default=300)
     ap.add_argument("--results", default=str(ROOT / "benchmarks/results/visaligner.json"))
     ap.add_argument("--figure", default=str(ROOT / "benchmarks/figures/visaligner_samples.png"))
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import torch
 
-    torch.set_num_threads(1)  # one thread per process is fastest on a shared 2-core machine
-    from embodied_gym.visaligner import metrics as M
-    from embodied_gym.visaligner.conditioning import condition_video
-    from embodied_gym.visaligner.paired import crop_paired, load_paired, paired_episodes_cached
-    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
-    from embodied_gym.visaligner.train import save_png
+#: ``python -m embodied_gym.cli``, the commands the steps run.
+CLI = [sys.executable, "-m", "embodied_gym.cli"]
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    env_cli = [py, "-m", "embodied_gym.cli"]
-    timings: dict[str, float] = {}
-    n_train, n_eval = args.train_episodes, args.heldout_episodes
-    dataset = Path(args.dataset or out / "standin_pickcup")
 
-    # 1. data: stand-in episodes with cam_high
-    t0 = time.time()
-    if not (dataset / "meta" / "info.json").exists():
-        wait(
-            [
-                run(
-                    env_cli
-                    + [
-                        "record",
-                        "--env",
-                        "EmbodieDreamer-PickCup-Real-v0",
-                        "--episodes",
-                        str(n_train + n_eval),
-                        "--cameras",
-                        "cam_high",
-                        "--image-size",
-                        *map(str, args.record_size or args.image_size),
-                        "--workers",
-                        "2",
-                        "--out",
-                        str(dataset),
-                    ],
-                    out / "record.log",
-                )
-            ]
-        )
-    timings["record_s"] = time.time() - t0
-    train_eps = list(range(n_train))
-    eval_eps = list(range(n_train, n_train + n_eval))
+def record_dataset(args, dataset: Path, out: Path) -> None:
+    """Step 1: stand-in episodes with cam_high, unless ``dataset`` already holds a recording."""
+    if (dataset / "meta" / "info.json").exists():
+        return
+    episodes, size = str(args.train_episodes + args.heldout_episodes), map(str, args.record_size or args.image_size)
+    cmd = ["record", "--env", "EmbodieDreamer-PickCup-Real-v0", "--episodes", episodes, "--cameras", "cam_high"]
+    cmd += ["--image-size", *size, "--workers", "2", "--out", str(dataset)]
+    wait([run(CLI + cmd, out / "record.log")])
 
-    # 2. models: the full one first (it trains the shared VAE), then full and no-mask in parallel
-    common = [
-        "visaligner",
-        "train",
-        "--dataset",
-        str(dataset),
-        "--preset",
-        "tiny",
-        "--image-size",
-        *map(str, args.image_size),
-        "--vae-steps",
-        str(args.vae_steps),
-        "--batch-size",
-        str(args.batch_size),
-        "--sample-every",
-        "200",
-        "--checkpoint-every",
-        "50",
-        "--episodes",
-        *map(str, train_eps),
-    ] + (["--crop", *map(str, args.crop)] if args.crop else [])
+
+def train_command(args, dataset: Path, train_eps: list[int]) -> list[str]:
+    """The ``visaligner train`` arguments both models share."""
+    cmd = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny"]
+    cmd += ["--image-size", *map(str, args.image_size), "--vae-steps", str(args.vae_steps)]
+    cmd += ["--batch-size", str(args.batch_size), "--sample-every", "200", "--checkpoint-every", "50"]
+    cmd += ["--episodes", *map(str, train_eps)]
+    return cmd + (["--crop", *map(str, args.crop)] if args.crop else [])
+
+
+def train_models(args, common: list[str], out: Path, timings: dict[str, float]) -> tuple[Path, Path]:
+    """Step 2: the full model first (it trains the shared VAE), then full and no-mask in parallel."""
     full, nomask = out / "full", out / "nomask"
     t0 = time.time()
     if not (full / "vae" / "config.json").exists():
         # the VAE trains alone: every core; the two denoisers then train side by side, one thread each
-        wait(
-            [
-                run(
-                    env_cli + common + ["--out", str(full), "--steps", "0", "--threads", str(os.cpu_count() or 1)],
-                    out / "train_vae.log",
-                )
-            ]
-        )
+        cmd = CLI + common + ["--out", str(full), "--steps", "0", "--threads", str(os.cpu_count() or 1)]
+        wait([run(cmd, out / "train_vae.log")])
     timings["paired_and_vae_s"] = time.time() - t0
     nomask.mkdir(exist_ok=True)
     for name in () if args.no_ablations else ("vae", "paired.npz", "vae_loss.json"):
@@ -195,25 +148,29 @@ def main() -> int:
     for d, extra in ((full, []),) + (() if args.no_ablations else ((nomask, ["--no-masks"]),)):
         state = d / "checkpoint" / "trainer_state.json"
         if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
-            procs.append(
-                run(
-                    env_cli + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra,
-                    out / f"train_{d.name}.log",
-                )
-            )
+            cmd = CLI + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra
+            procs.append(run(cmd, out / f"train_{d.name}.log"))
     wait(procs)
     timings["train_both_models_parallel_s"] = time.time() - t0
+    return full, nomask
 
-    # 3. held-out data at the model's frame stride; FD-local3D net trained on the training episodes
-    pipe_full = VisAlignerPipeline.from_pretrained(full / "model")
-    pipe_nomask = None if args.no_ablations else VisAlignerPipeline.from_pretrained(nomask / "model")
-    stride = pipe_full.config.frame_stride
+
+def paired_data(args, dataset: Path, full: Path, eval_eps: list[int], out: Path) -> tuple[list, list]:
+    """Step 3: the held-out (sim, real) episodes and the training ones, cut to the model's region when cropping."""
+    from embodied_gym.visaligner.paired import crop_paired, load_paired, paired_episodes_cached
+
     held = paired_episodes_cached(dataset, out / "paired_heldout.npz", "cam_high", episodes=eval_eps)
     trained, _ = load_paired(full / "paired.npz")
     if args.crop:  # the model's region, cut as training cut it, measured at the model's size
         held, trained = ([at_size(crop_paired(e, args.crop), args.image_size) for e in eps] for eps in (held, trained))
+    return held, trained
+
+
+def fd_local3d_net(args, trained, stride: int, out: Path):
+    """The FD-local3D net trained on the training episodes (reused when present), and its JSON record."""
+    from embodied_gym.visaligner import metrics as M
+
     net_path = out / "fd_local3d.safetensors"
-    t0 = time.time()
     if not net_path.exists():
         r = M.train_local3d(
             [e.real[::stride] for e in trained],
@@ -224,12 +181,11 @@ def main() -> int:
             stride=1,
         )
         (out / "fd_local3d.json").write_text(json.dumps(r.__dict__))
-    local3d_info = json.loads((out / "fd_local3d.json").read_text())
-    net = M.load_local3d(net_path)
-    timings["fd_local3d_train_s"] = time.time() - t0
+    return M.load_local3d(net_path), json.loads((out / "fd_local3d.json").read_text())
 
-    # 4. generate held-out episodes
-    t0 = time.time()
+
+def methods_to_compare(args, pipe_full, pipe_nomask) -> dict:
+    """Row name -> ``(pipeline, temporal layers on)``, or None for the raw sim render."""
     methods = {
         "(a) raw sim render": None,
         "(b) VisAligner, no masks": (pipe_nomask, True),
@@ -238,27 +194,49 @@ def main() -> int:
     }
     if args.no_ablations:
         methods = {k: v for k, v in methods.items() if k.startswith(("(a)", "(c)"))}
-    videos: dict[str, list[np.ndarray]] = {k: [] for k in methods}
-    reals, objs, conds = [], [], []
+    return methods
+
+
+@dataclass
+class HeldOut:
+    """The held-out episodes at the model's frame stride, and every method's video of each."""
+
+    videos: dict[str, list[np.ndarray]]
+    reals: list[np.ndarray] = field(default_factory=list)
+    objs: list[np.ndarray] = field(default_factory=list)  # dilated real object masks
+    conds: list[np.ndarray] = field(default_factory=list)  # the condition videos
+
+
+def generate_heldout(held, methods: dict, stride: int, sample_steps: int) -> HeldOut:
+    """Step 4: every method's video of every held-out episode, generated chunk by chunk from its first real frame."""
+    import torch
     from tqdm import tqdm
 
+    from embodied_gym.visaligner.conditioning import condition_video
+
+    h = HeldOut(videos={k: [] for k in methods})
     for ep in tqdm(held, desc="held-out generation", unit="ep"):
         real, sim, smask = ep.real[::stride], ep.sim[::stride], ep.sim_mask[::stride]
-        reals.append(real)
-        objs.append(dilate(ep.real_mask[::stride]))
-        conds.append(condition_video(real[0], sim, smask))
+        h.reals.append(real)
+        h.objs.append(dilate(ep.real_mask[::stride]))
+        h.conds.append(condition_video(real[0], sim, smask))
         for name, spec in methods.items():
             if spec is None:
-                videos[name].append(sim)
+                h.videos[name].append(sim)
                 continue
             pipe, temporal = spec
             g = torch.Generator().manual_seed(1000 + ep.index)
-            videos[name].append(pipe.generate_video(real[0], sim, smask, args.sample_steps, g, temporal))
-    timings["heldout_generation_s"] = time.time() - t0
+            h.videos[name].append(pipe.generate_video(real[0], sim, smask, sample_steps, g, temporal))
+    return h
 
-    # 5. metrics (frame 0 = the reference, excluded)
+
+def metric_rows(h: HeldOut, net, n_eval: int) -> dict[str, dict]:
+    """Step 5: each method's metrics (frame 0, the reference, excluded), and the proxy's noise floor."""
+    from embodied_gym.visaligner import metrics as M
+
+    reals, objs = h.reals, h.objs
     rows = {}
-    for name, vids in videos.items():
+    for name, vids in h.videos.items():
         rows[name] = {
             "psnr_db": float(np.mean([M.psnr(v[1:], r[1:]) for v, r in zip(vids, reals)])),
             "ssim": float(np.mean([M.ssim(v[1:], r[1:]) for v, r in zip(vids, reals)])),
@@ -276,21 +254,75 @@ def main() -> int:
                 stride=1,
             )
         }
+    return rows
 
-    # 6. sample grid: one held-out episode, 8 frames from t = 1
+
+def sample_grid(h: HeldOut, figure: str) -> tuple[list[str], np.ndarray]:
+    """Step 6: one held-out episode, 8 frames from t = 1, a row per video; returns (row names, frames)."""
+    from embodied_gym.visaligner.training import save_png
+
     k = 0
-    cols = np.arange(1, min(len(reals[k]), 1 + 8 * 3), 3)[:8]
-    grid_rows = [("real (target)", reals[k]), ("condition", conds[k])] + [(n, v[k]) for n, v in videos.items()]
+    cols = np.arange(1, min(len(h.reals[k]), 1 + 8 * 3), 3)[:8]
+    grid_rows = [("real (target)", h.reals[k]), ("condition", h.conds[k])] + [(n, v[k]) for n, v in h.videos.items()]
     pad = lambda row: np.concatenate(
         [x for f in row[cols] for x in (f, np.full((f.shape[0], 2, 3), 255, np.uint8))], axis=1
     )
     img = np.concatenate([x for _, r in grid_rows for x in (pad(r), np.full((2, pad(r).shape[1], 3), 255, np.uint8))])
-    Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-    save_png(args.figure, img)
+    Path(figure).parent.mkdir(parents=True, exist_ok=True)
+    save_png(figure, img)
+    return [n for n, _ in grid_rows], cols
+
+
+def print_table(rows: dict, local3d_info: dict, figure: str, timings: dict) -> None:
+    print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
+    print("|---|---|---|---|---|---|")
+    for name, r in rows.items():
+        f = lambda key, fmt, r=r: (fmt % r[key]) if key in r else "—"
+        print(
+            f"| {name} | {f('psnr_db', '%.2f')} | {f('ssim', '%.3f')} | {f('object_psnr_db', '%.2f')} | "
+            f"{f('fd_local3d', '%.4f')} | {f('flicker', '%.4f')} |"
+        )
+    print(f"FD-local3D net sha256 {local3d_info['sha256']}; figure {figure}; timings {timings}")
+
+
+def main() -> int:
+    args = parse_args()
+    import torch
+
+    torch.set_num_threads(1)  # one thread per process is fastest on a shared 2-core machine
+    from embodied_gym.atomic import write_json
+    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    n_train, n_eval = args.train_episodes, args.heldout_episodes
+    dataset = Path(args.dataset or out / "standin_pickcup")
+    t0 = time.time()
+    record_dataset(args, dataset, out)
+    timings["record_s"] = time.time() - t0
+    train_eps = list(range(n_train))
+    eval_eps = list(range(n_train, n_train + n_eval))
+    full, nomask = train_models(args, train_command(args, dataset, train_eps), out, timings)
+
+    # 3. held-out data at the model's frame stride; FD-local3D net trained on the training episodes
+    pipe_full = VisAlignerPipeline.from_pretrained(full / "model")
+    pipe_nomask = None if args.no_ablations else VisAlignerPipeline.from_pretrained(nomask / "model")
+    stride = pipe_full.config.frame_stride
+    held, trained = paired_data(args, dataset, full, eval_eps, out)
+    t0 = time.time()
+    net, local3d_info = fd_local3d_net(args, trained, stride, out)
+    timings["fd_local3d_train_s"] = time.time() - t0
+
+    t0 = time.time()
+    h = generate_heldout(held, methods_to_compare(args, pipe_full, pipe_nomask), stride, args.sample_steps)
+    timings["heldout_generation_s"] = time.time() - t0
+    rows = metric_rows(h, net, n_eval)
+    row_order, cols = sample_grid(h, args.figure)
 
     result = {
         "rows": rows,
-        "row_order_in_figure": [n for n, _ in grid_rows],
+        "row_order_in_figure": row_order,
         "figure_frames": cols.tolist(),
         "train_episodes": train_eps,
         "heldout_episodes": eval_eps,
@@ -309,22 +341,12 @@ def main() -> int:
             "platform": platform.platform(),
             "torch_threads": torch.get_num_threads(),
         },
-        "command": " ".join([os.path.basename(py)] + sys.argv),
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
     }
-    from embodied_gym.atomic import write_json
-
     for path in (out / "results.json", Path(args.results)):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, result)
-    print("| method (10 held-out stand-in episodes) | PSNR dB | SSIM | object-region PSNR dB | FD-local3D | flicker |")
-    print("|---|---|---|---|---|---|")
-    for name, r in rows.items():
-        f = lambda key, fmt, r=r: (fmt % r[key]) if key in r else "—"
-        print(
-            f"| {name} | {f('psnr_db', '%.2f')} | {f('ssim', '%.3f')} | {f('object_psnr_db', '%.2f')} | "
-            f"{f('fd_local3d', '%.4f')} | {f('flicker', '%.4f')} |"
-        )
-    print(f"FD-local3D net sha256 {local3d_info['sha256']}; figure {args.figure}; timings {timings}")
+    print_table(rows, local3d_info, args.figure, timings)
     return 0
 
 
