@@ -92,6 +92,13 @@ class WorkerPool:
             p.terminate()
         for p in processes:
             p.join(timeout=10)
+        # A worker stopped while it wrote a result leaves half a message in the result pipe, and the
+        # executor's manager thread would wait for the rest forever (and the interpreter for it at exit).
+        # With the workers gone, closing our copy of the pipe's write end turns that wait into EOF, which
+        # the manager thread handles as a broken pool.
+        writer = getattr(getattr(self.pool, "_result_queue", None), "_writer", None)
+        if writer is not None:
+            writer.close()
 
     def __enter__(self) -> WorkerPool:
         return self
