@@ -245,7 +245,8 @@ def test_visaligner_training_on_cuda_without_a_gpu_names_the_fix(tmp_path):
 
 
 def test_stage_table_runs_each_stage_after_the_stages_it_reads():
-    from embodied_gym.demo.stages import POLICY_STAGES, downstream
+    from embodied_gym.demo.configuration import POLICY_STAGES
+    from embodied_gym.demo.stages import downstream
 
     assert len(set(STAGE_NAMES)) == len(STAGE_NAMES)
     for i, stage in enumerate(STAGES):

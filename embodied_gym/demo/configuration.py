@@ -130,6 +130,8 @@ class EvaluateStageConfig:
 
 
 OBSERVATIONS = ("pose_estimate", "images")
+#: the stages that train a policy the evaluate stage can name (act_nominal only with nominal_sim)
+POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo")
 
 
 @dataclass
@@ -279,7 +281,7 @@ def check_config(cfg: DemoConfig) -> None:
 def _check_evaluate(cfg: DemoConfig) -> None:
     """The evaluate section names only policies the loop trains, and compares only what it evaluates."""
     e = cfg.evaluate
-    trained = ["act_stand_in", "act_aligned", "tpo", *(["act_nominal"] if cfg.nominal_sim else [])]
+    trained = [p for p in POLICY_STAGES if cfg.nominal_sim or p != "act_nominal"]
     unknown = [p for p in e.policies if p != "expert" and p not in trained]
     if unknown:
         extra = " (act_nominal needs nominal_sim: true)" if "act_nominal" in unknown else ""

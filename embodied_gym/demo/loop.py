@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from embodied_gym.atomic import write_json
 from embodied_gym.demo.cache import BackgroundStage, StageCache, StageRecord
@@ -107,7 +109,7 @@ class _Loop:
         if skipped:
             return self.cache.execute(cache_name, key, settings, inputs, lambda folder: {"skipped": skipped})
         context = {i: records[i].outputs for i in stage.inputs}
-        run = _StageCall(stage.name, stage.section(cfg), loop, context)
+        run = _StageCall(stage.run, stage.section(cfg), loop, context)
         if stage.background and getattr(cfg, stage.background):
             job = BackgroundStage(self.cache, cache_name, key, settings, inputs, run, cfg.torch_threads)
             self.jobs.append(job)
@@ -133,11 +135,11 @@ class _Loop:
 
 class _StageCall:
     """``run(section, ctx)`` of a stage as ``fn(folder) -> outputs``, the cache's calling shape. A class
-    (not a closure) so a background stage's spawned process can unpickle it."""
+    (not a closure) so a background stage's spawned process can unpickle it; the run functions are
+    module-level functions of :mod:`embodied_gym.demo.stages`."""
 
-    def __init__(self, name: str, section, loop: LoopSettings, inputs: dict[str, dict]):
-        self.name, self.section, self.loop, self.inputs = name, section, loop, inputs
+    def __init__(self, run: Callable[[Any, StageContext], dict], section, loop: LoopSettings, inputs: dict[str, dict]):
+        self.run, self.section, self.loop, self.inputs = run, section, loop, inputs
 
     def __call__(self, folder: Path) -> dict:
-        stage = next(s for s in STAGES if s.name == self.name)
-        return stage.run(self.section, StageContext(self.loop, Path(folder), self.inputs))
+        return self.run(self.section, StageContext(self.loop, Path(folder), self.inputs))

@@ -46,7 +46,7 @@ from typing import Any
 import embodied_gym
 from embodied_gym.configs import in_cache_key
 from embodied_gym.data.writer import DEFAULT_CRF
-from embodied_gym.demo.configuration import DemoConfig
+from embodied_gym.demo.configuration import POLICY_STAGES, DemoConfig
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames
 from embodied_gym.perception.data import randomized_look
 from embodied_gym.perception.robot_offset import TooFewDemonstrations, corrected_estimator, fit_estimator_offset
@@ -531,13 +531,11 @@ STAGES: tuple[Stage, ...] = (
         "evaluate",
         run_evaluate,
         attrgetter("evaluate"),
-        ("record", "calibrate", "act_stand_in", "act_aligned", "act_nominal", "tpo", "perception_offset"),
+        ("record", "calibrate", *POLICY_STAGES, "perception_offset"),
         ("robot_config",),
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
-#: the stages that train a policy the evaluate stage can name
-POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo")
 
 
 def downstream(name: str) -> set[str]:
