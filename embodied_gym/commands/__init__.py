@@ -2,7 +2,7 @@
 
     record -> replay -> calibrate -> visaligner train -> visaligner render / generate
            -> perception frames -> perception train -> perception offset (perception eval)
-           -> train act -> train tpo -> eval          (and: experts, demo: the whole loop)
+           -> train act -> train tpo -> eval -> sim2real   (and: experts, demo: the whole loop)
 
 Each module is a thin command line over one library function and declares ``NAME`` (and
 ``GROUP`` for two-word commands such as ``train act``), ``HELP``, ``add_arguments(parser)``,
@@ -25,6 +25,7 @@ from embodied_gym.commands import (
     perception_train,
     record,
     replay,
+    sim2real,
     train_act,
     train_tpo,
     visaligner_render,
@@ -46,6 +47,7 @@ COMMANDS = (
     train_act,
     train_tpo,
     evaluate,
+    sim2real,
     experts,
     demo,
 )
