@@ -1,144 +1,190 @@
-"""The paper's policy experiment (EmbodieDreamer, arXiv 2507.05198, section 4) on the stand-in robot, sized
-for 2 CPU cores: the demo's stages (:data:`embodied_gym.demo.stages.STAGES`) under the ``benchmark``
-profile (``embodied_gym/demo/profiles/benchmark.yaml``), then its rows as tables and a chart.
+"""The paper's policy experiment (EmbodieDreamer, arXiv 2507.05198, section 4) on the stand-in robot, per task
+and per stand-in world, sized for 2 CPU cores: the demo's stages (:data:`embodied_gym.demo.stages.STAGES`) under
+the ``benchmark`` profile (``embodied_gym/demo/profiles/benchmark.yaml``), once per task, world and training
+seed, then the tables, a chart and whether the sims rank the policies as the stand-in does.
 
-Every policy is LeRobot's ACT on joint state + the camera's object-pose estimate; on the stand-in the
-estimate comes from the stand-in's own camera frames. Rows, each evaluated on the stand-in robot on the
-same ``evaluate.episodes`` seeds (``evaluate.seed + i``), tested in pairs with exact McNemar tests:
+Every policy is LeRobot's ACT on joint state + the camera's object-pose estimate; on the stand-in the estimate
+comes from the stand-in's own camera frames. Rows, each evaluated on the stand-in on the same
+``evaluate.episodes`` seeds (``evaluate.seed + i``), and each also in the calibrated and the nominal sim:
 
-(a) ``act_stand_in``: ACT on the scripted-expert demonstrations recorded on the stand-in;
-(b) ``act_nominal``: ACT on demonstrations generated in the nominal (uncalibrated) sim;
-(c) ``act_aligned``: ACT on demonstrations generated in the calibrated sim (PhysAligner on row a's demos);
-(d) ``tpo``: (c) after TPO in the calibrated sim;
-(e) ``act_aligned_ablation_estimator``: (c)'s policy reading another estimator (``--evaluate.ablation-estimator
-    FOLDER``, e.g. one trained on raw sim renders by ``embodied-gym perception frames --look raw`` and
-    ``embodied-gym perception train``);
-(c_sim) ``act_aligned_in_sim``: (c) in the calibrated sim it was trained in.
+(a) ``act_stand_in``: ACT on the scripted-expert demonstrations recorded on the stand-in (``--seeds`` training
+    seeds);
+(b) ``act_nominal``: ACT on demonstrations generated in the nominal (uncalibrated) sim (the first seed only);
+(c) ``act_aligned``: ACT on demonstrations generated in the calibrated sim (PhysAligner on row a's demos;
+    ``--seeds`` training seeds).
 
-Any demo flag passes through (``--robot-config embodied_gym/robots/stand_in_world2.yaml`` runs the whole
-loop against the second world; ``--act.steps 16000``; ``--config FILE``); the run resumes stage by stage
-like the demo (a changed setting reruns its stage and what reads it):
+A training seed alone moves a row by tens of points, so (a) and (c) train once per seed; the paired test
+between them pools every seed's evaluations (seed i of (c) against seed i of (a), on the same episode seeds).
+The first seed's run is the demo's run folder ``<runs>/<name>/<world>/<task>/seed<s>``; a later seed's run
+reuses its perception, recording, calibration and generated data in place (``demo --reuse``) and trains and
+evaluates only its own policies. Every run resumes stage by stage like the demo.
 
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --name policies
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --name policies_world2 \\
-        --robot-config embodied_gym/robots/stand_in_world2.yaml
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --summary runs/bench/policies/summary.json  # tables only
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks all --worlds default world2   # hours
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PickCup --worlds default --seeds 0
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --report runs/bench/policies   # tables of what ran
 
-Output: ``<runs>/<name>/`` (the demo's run folder, ``report.html`` included), the tables on stdout and the
-chart ``policies.png`` there (``--figure`` copies it).
+Any other flag goes to every demo run (``--act.steps 16000``, ``--config FILE``). Output: the tables on
+stdout (markdown), ``<runs>/<name>/benchmark.json`` (every rate, test and ranking metric) and
+``<runs>/<name>/policies.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
+WORLDS = {"default": None, "world2": "embodied_gym/robots/stand_in_world2.yaml"}
 #: benchmark row -> the evaluate stage's entry
-ROWS = {
-    "a": "act_stand_in",
-    "b": "act_nominal",
-    "c": "act_aligned",
-    "d": "tpo",
-    "e": "act_aligned_ablation_estimator",
-    "c_sim": "act_aligned_in_sim",
-}
-LABELS = {
-    "a": "ACT, stand-in demos",
-    "b": "ACT, nominal-sim demos",
-    "c": "ACT, calibrated-sim demos",
-    "d": "(c) after TPO in the calibrated sim",
-    "e": "(c) with the ablation estimator",
-    "c_sim": "(c) in its own (calibrated) sim",
-}
-ROW_OF = {entry: row for row, entry in ROWS.items()}
+ROWS = {"a": "act_stand_in", "b": "act_nominal", "c": "act_aligned"}
+LABELS = {"a": "ACT, stand-in demos", "b": "ACT, nominal-sim demos", "c": "ACT, calibrated-sim demos"}
+SEEDED_ROWS = ("a", "c")
 
 
-def rows_of(task_summary: dict) -> dict[str, dict]:
-    """The summary's evaluations by benchmark row."""
-    return {ROW_OF[k]: v for k, v in task_summary["evaluation"].items() if k in ROW_OF}
+def run_folder(runs: Path, world: str, task: str, seed: int) -> Path:
+    return runs / world / task / f"seed{seed}"
 
 
-def reset_error_by_outcome(evaluation_json: str | None) -> dict | None:
-    """How far the reset frame's estimate was from the env's reported cup position (cm, horizontal), over
-    all episodes and split by outcome: whether the misses are the episodes the estimate misled."""
-    if not evaluation_json or not Path(evaluation_json).exists():
+def demo_args(task: str, world: str, seed: int, first_seed: int, runs: Path) -> list[str]:
+    """The demo's command line for one (task, world, training seed) run."""
+    folder = run_folder(runs, world, task, seed)
+    args = ["demo", "--profile", "benchmark", "--tasks", task, "--runs", str(folder.parent), "--name", folder.name]
+    args += ["--act.seed", str(seed)]
+    robot_config = WORLDS[world]
+    if robot_config:
+        args += ["--robot-config", robot_config]
+    if seed != first_seed:  # row (b) once; the rest is read from the first seed's run
+        args += ["--no-nominal-sim", "--reuse", str(run_folder(runs, world, task, first_seed))]
+        args += ["--evaluate.policies", "act_stand_in", "act_aligned"]
+        args += ["--evaluate.in-sim", "act_stand_in", "act_aligned"]
+        args += ["--evaluate.in-nominal-sim", "act_stand_in", "act_aligned"]
+        args += ["--evaluate.comparisons", "act_aligned,act_stand_in"]
+    return args
+
+
+def outcomes(entry: dict) -> dict[int, bool]:
+    from embodied_gym.policies.evaluate import successes_by_seed
+
+    return successes_by_seed(json.loads(Path(entry["json"]).read_text()))
+
+
+def task_result(runs: Path, world: str, task: str, seeds: list[int]) -> dict | None:
+    """Every row of one task on one world from the finished runs: per training seed the stand-in, calibrated-
+    sim and nominal-sim rates and the grasp rate; the pooled paired tests. None if no run finished."""
+    from embodied_gym.policies.evaluate import paired_comparison
+
+    per_seed = {}
+    for seed in seeds:
+        path = run_folder(runs, world, task, seed) / "summary.json"
+        if path.exists():
+            per_seed[seed] = json.loads(path.read_text())["tasks"][task]["evaluation"]
+    if not per_seed:
         return None
-    episodes = json.loads(Path(evaluation_json).read_text())["per_episode"]
-    pairs = [(e["success"], e["reset_pose_error_cm"]) for e in episodes if e.get("reset_pose_error_cm") is not None]
-    if not pairs:
-        return None
-
-    def mean(xs):
-        return float(np.mean(xs)) if xs else None
-
-    errors = [x for _, x in pairs]
-    return {
-        "mean": mean(errors),
-        "p90": float(np.percentile(errors, 90)),
-        "success_mean": mean([x for s, x in pairs if s]),
-        "failure_mean": mean([x for s, x in pairs if not s]),
-    }
-
-
-def _fmt(x, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def print_tables(summary: dict) -> None:
-    for task, t in summary["tasks"].items():
-        rows = rows_of(t)
-        print(f"\n### {task}\n")
-        print("| row | success (Wilson 95 % CI) | episodes | reset estimate's error, cm: mean / p90 |")
-        print("|---|---|---|---|")
-        for row, ev in rows.items():
-            lo, hi = ev["ci95"]
-            err = reset_error_by_outcome(ev.get("json"))
-            e = f"{err['mean']:.2f} / {err['p90']:.2f}" if err else "-"
-            print(f"| ({row}) {LABELS[row]} | {ev['success_rate']:.0%} ({lo:.0%}-{hi:.0%}) | {ev['episodes']} | {e} |")
-        tpo_log = t["stages"].get("tpo", {}).get("outputs", {}).get("log") or []
-        if any("eval_success_rate" in r for r in tpo_log):
-            print("\n| TPO iteration (0: row c) | greedy success in the calibrated sim |")
-            print("|---|---|")
-            for r in tpo_log:
-                if "eval_success_rate" in r:
-                    print(f"| {r['iteration']} | {r['eval_success_rate']:.0%} |")
-        print("\n| comparison (same seeds) | rates | only first / only second succeeded | exact McNemar p |")
-        print("|---|---|---|---|")
-        for c in t.get("paired", []):
-            a, b = ROW_OF.get(c["a"], c["a"]), ROW_OF.get(c["b"], c["b"])
-            print(
-                f"| ({a}) vs ({b}) | {c['rate_a']:.0%} vs {c['rate_b']:.0%} | {c['only_a']} / {c['only_b']} | "
-                f"{c['p_value']:.3g} |"
+    rows: dict[str, dict] = {}
+    for row, entry in ROWS.items():
+        policies = []
+        for seed, ev in per_seed.items():
+            if entry not in ev:
+                continue
+            policies.append(
+                {
+                    "seed": seed,
+                    "stand_in": ev[entry]["success_rate"],
+                    "grasp": ev[entry].get("grasp_rate"),
+                    "episodes": ev[entry]["episodes"],
+                    "calibrated_sim": ev.get(f"{entry}_in_sim", {}).get("success_rate"),
+                    "nominal_sim": ev.get(f"{entry}_in_nominal_sim", {}).get("success_rate"),
+                    "json": ev[entry]["json"],
+                }
             )
+        if policies:
+            rates = [p["stand_in"] for p in policies]
+            rows[row] = {"policies": policies, "mean": float(np.mean(rates)), "range": [min(rates), max(rates)]}
+    tests = {}
+    for a, b in (("c", "a"), ("c", "b"), ("b", "a")):
+        if a in rows and b in rows:
+            pooled_a: dict[tuple[int, int], bool] = {}
+            pooled_b: dict[tuple[int, int], bool] = {}
+            for pa in rows[a]["policies"]:
+                # seed i of one row against seed i of the other (row b's one seed against every seed of a/c)
+                pb = next((p for p in rows[b]["policies"] if p["seed"] == pa["seed"]), rows[b]["policies"][0])
+                oa, ob = outcomes(pa), outcomes(pb)
+                pooled_a.update({(pa["seed"], s): v for s, v in oa.items()})
+                pooled_b.update({(pa["seed"], s): v for s, v in ob.items() if s in oa})
+            tests[f"{a}_vs_{b}"] = paired_comparison(pooled_a, pooled_b).to_json()
+    return {"rows": rows, "tests": tests}
 
 
-def print_comparison_with(summary: dict, other: dict, other_name: str) -> None:
-    """Each row against the same row of another run (exact McNemar on shared seeds)."""
-    from embodied_gym.policies.evaluate import paired_comparison, successes_by_seed
+def ranking(results: dict) -> dict:
+    """Per world, whether each sim ranks the policies (every task, row and seed) as the stand-in does."""
+    from embodied_gym.policies.sim2real import sim2real_agreement
 
-    def outcomes(ev: dict) -> dict[int, bool]:
-        return successes_by_seed(json.loads(Path(ev["json"]).read_text()))
+    out = {}
+    for world, tasks in results.items():
+        names: list[str] = []
+        stand_in: list[float] = []
+        sims: dict[str, list[float]] = {"calibrated_sim": [], "nominal_sim": []}
+        for task, res in tasks.items():
+            for row, r in res["rows"].items():
+                for p in r["policies"]:
+                    if p["calibrated_sim"] is None or p["nominal_sim"] is None:
+                        continue
+                    names.append(f"{task}/{row}/seed{p['seed']}")
+                    stand_in.append(p["stand_in"])
+                    for k in sims:
+                        sims[k].append(p[k])
+        if len(names) >= 2:
+            real = dict(zip(names, stand_in))
+            out[world] = {k: sim2real_agreement(dict(zip(names, v)), real, k).to_json() for k, v in sims.items()}
+    return out
 
-    for task, t in summary["tasks"].items():
-        theirs = rows_of(other["tasks"].get(task, {"evaluation": {}}))
-        print(f"\n| {task} row: this run vs {other_name} | rates | only this / only that | exact McNemar p |")
-        print("|---|---|---|---|")
-        for row, ev in rows_of(t).items():
-            if row in theirs and ev.get("json") and theirs[row].get("json"):
-                c = paired_comparison(outcomes(ev), outcomes(theirs[row]))
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f}"
+
+
+def print_tables(results: dict, agreement: dict) -> None:
+    for world, tasks in results.items():
+        print(f"\n### {world}\n")
+        print(
+            "| task | row | stand-in success per training seed (%) | mean | grasped (%) | calibrated sim (%) | nominal sim (%) |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for task, res in tasks.items():
+            for row, r in res["rows"].items():
+                ps = r["policies"]
                 print(
-                    f"| ({row}) | {c.rate_a:.0%} vs {c.rate_b:.0%} (n = {c.n}) | {c.only_a} / {c.only_b} | "
-                    f"{c.p_value:.3g} |"
+                    f"| {task} | ({row}) {LABELS[row]} | {' / '.join(_pct(p['stand_in']) for p in ps)} "
+                    f"(n = {ps[0]['episodes']} each) | **{_pct(r['mean'])}** | {' / '.join(_pct(p['grasp']) for p in ps)} | "
+                    f"{' / '.join(_pct(p['calibrated_sim']) for p in ps)} | {' / '.join(_pct(p['nominal_sim']) for p in ps)} |"
                 )
+        print(
+            "\n| task | comparison (pooled over training seeds, same episode seeds) | rates | only first / only second | exact McNemar p |"
+        )
+        print("|---|---|---|---|---|")
+        for task, res in tasks.items():
+            for name, t in res["tests"].items():
+                a, b = name.split("_vs_")
+                print(
+                    f"| {task} | ({a}) vs ({b}) | {_pct(t['rate_a'])} vs {_pct(t['rate_b'])} % (n = {t['n']}) | "
+                    f"{t['only_a']} / {t['only_b']} | {t['p_value']:.3g} |"
+                )
+        means = [res["rows"]["c"]["mean"] for res in tasks.values() if "c" in res["rows"]]
+        if means:
+            print(f"\nMean of (c) over {len(means)} task(s): {100 * np.mean(means):.1f} % (the paper's: 77.5 %)")
+        if world in agreement:
+            print("\n| sim | policies | Pearson r (sim vs stand-in success) | MMRV |")
+            print("|---|---|---|---|")
+            for sim, m in agreement[world].items():
+                r = "-" if m["pearson_r"] is None else f"{m['pearson_r']:.3f}"
+                print(f"| {sim} | {m['n']} | {r} | {m['mmrv']:.3f} |")
 
 
-def plot(summary: dict, png: Path) -> None:
+def plot(results: dict, png: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,65 +192,78 @@ def plot(summary: dict, png: Path) -> None:
 
     from embodied_gym.atomic import save_figure
 
-    tasks = list(summary["tasks"])
-    fig, axes = plt.subplots(1, len(tasks), figsize=(8 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        rows = rows_of(summary["tasks"][task])
-        keys = list(rows)
-        rates = [rows[k]["success_rate"] for k in keys]
-        err = [
-            [r - rows[k]["ci95"][0] for k, r in zip(keys, rates)],
-            [rows[k]["ci95"][1] - r for k, r in zip(keys, rates)],
-        ]
-        colours = ["#bbbbbb" if k == "c_sim" else "#4c78a8" for k in keys]
-        ax.bar(range(len(keys)), rates, yerr=err, capsize=4, color=colours)
-        ax.set_xticks(range(len(keys)), [f"({k})\n" + textwrap.fill(LABELS[k], 20) for k in keys], fontsize=7)
-        ax.set_ylim(0, 1)
-        ax.set_ylabel("success rate")
-        n = rows[keys[0]]["episodes"] if keys else 0
-        world = Path(summary["config"].get("robot_config") or "default world").stem
-        ax.set_title(
-            textwrap.fill(
-                f"{task}, {world}: ACT on joint state + camera pose estimate, stand-in robot ({n} paired seeds; "
-                f"grey: in its own sim)",
-                100,
-            ),
-            fontsize=9,
-        )
+    worlds = list(results)
+    fig, axes = plt.subplots(1, len(worlds), figsize=(9 * len(worlds), 4.2), squeeze=False)
+    colours = {"a": "#bbbbbb", "b": "#e45756", "c": "#4c78a8"}
+    for ax, world in zip(axes[0], worlds):
+        tasks = list(results[world])
+        for j, row in enumerate(ROWS):
+            xs, means, points = [], [], []
+            for i, task in enumerate(tasks):
+                r = results[world][task]["rows"].get(row)
+                if r:
+                    xs.append(i + (j - 1) * 0.27)
+                    means.append(r["mean"])
+                    points.append([p["stand_in"] for p in r["policies"]])
+            ax.bar(xs, means, width=0.25, color=colours[row], label=f"({row}) {LABELS[row]}")
+            for x, ps in zip(xs, points):
+                ax.plot([x] * len(ps), ps, "k.", ms=4)
+        ax.set_xticks(range(len(tasks)), tasks)
+        ax.set(ylim=(0, 1.05), ylabel="success on the stand-in (dots: training seeds)")
+        ax.set_title(textwrap.fill(f"{world}: ACT on joint state + camera pose estimate", 80), fontsize=9)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, png)
 
 
+def collect(runs: Path, tasks: list[str], worlds: list[str], seeds: list[int]) -> dict:
+    results: dict[str, dict] = {}
+    for world in worlds:
+        for task in tasks:
+            res = task_result(runs, world, task, seeds)
+            if res is not None:
+                results.setdefault(world, {})[task] = res
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
+    from embodied_gym.sim.tasks import TASKS
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     p.add_argument("--runs", default="runs/bench", help="folder of runs (default runs/bench)")
-    p.add_argument("--name", default="policies", help="run name: output in RUNS/NAME")
-    p.add_argument("--profile", default="benchmark", help="the demo profile (default benchmark)")
-    p.add_argument("--summary", metavar="SUMMARY_JSON", help="print the tables of a finished run and exit")
-    p.add_argument("--figure", help="also copy the chart here")
-    p.add_argument("--compare", metavar="SUMMARY_JSON", help="test each row against the same row of another run")
-    args, demo_args = p.parse_known_args(argv)
-    if args.summary:
-        summary_path = Path(args.summary)
-    else:
+    p.add_argument("--name", default="policies", help="benchmark name: runs in RUNS/NAME/WORLD/TASK/seedS")
+    p.add_argument("--tasks", nargs="+", default=["PickCup"], help=f"tasks, or all ({', '.join(TASKS)})")
+    p.add_argument("--worlds", nargs="+", default=["default", "world2"], choices=list(WORLDS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds of rows a and c")
+    p.add_argument("--report", action="store_true", help="only print the tables of the runs that finished")
+    args, passed = p.parse_known_args(argv)
+    tasks = list(TASKS) if args.tasks == ["all"] else args.tasks
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        p.error(f"unknown task(s) {unknown}; valid: {list(TASKS)} or all")
+    runs = Path(args.runs) / args.name
+    if not args.report:
         from embodied_gym.cli import main as cli
 
-        rc = cli(["demo", "--profile", args.profile, "--runs", args.runs, "--name", args.name, *demo_args])
-        if rc:
-            return rc
-        summary_path = Path(args.runs, args.name, "summary.json")
-    summary = json.loads(summary_path.read_text())
-    png = summary_path.parent / "policies.png"
-    plot(summary, png)
-    if args.figure:
-        Path(args.figure).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(png, args.figure)
-    print_tables(summary)
-    if args.compare:
-        print_comparison_with(summary, json.loads(Path(args.compare).read_text()), args.compare)
-    print(f"\nchart: {png}")
+        for world in args.worlds:
+            for task in tasks:
+                for seed in args.seeds:
+                    rc = cli([*demo_args(task, world, seed, args.seeds[0], runs), *passed])
+                    if rc:
+                        return rc
+    results = collect(runs, tasks, args.worlds, args.seeds)
+    if not results:
+        print(f"no finished run under {runs}", file=sys.stderr)
+        return 1
+    agreement = ranking(results)
+    from embodied_gym.atomic import write_json
+
+    write_json(runs / "benchmark.json", {"results": results, "agreement": agreement})
+    plot(results, runs / "policies.png")
+    print_tables(results, agreement)
+    print(f"\nchart: {runs / 'policies.png'}; every figure: {runs / 'benchmark.json'}")
     return 0
 
 

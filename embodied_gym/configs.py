@@ -105,6 +105,11 @@ def _flag_name(prefix: str, f: dataclasses.Field) -> str:
     return "--" + prefix + f.name.replace("_", "-")
 
 
+def _parse_pair_item(text: str) -> list[str]:
+    """``a,b`` -> ``["a", "b"]``: one item of a list of pairs on the command line."""
+    return [v.strip() for v in text.split(",")]
+
+
 def _parse_mapping_item(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
@@ -165,6 +170,8 @@ def add_arguments(
             kw.update(nargs="+", type=args[0])
         elif origin is tuple:
             kw.update(nargs=len(args), type=args[0])
+        elif origin is list and args and get_origin(args[0]) in (list, tuple):
+            kw.update(nargs="*", type=_parse_pair_item)  # e.g. comparisons: ``a,b c,d``
         elif origin is list:
             kw.update(nargs="*", type=args[0] if args else str)
         elif origin is dict or tp is dict:

@@ -58,6 +58,8 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
         ).read_text()
     )
     assert "values" not in real_meta["pose_estimator"]
+    # both were recorded holding the reset frame's poses (the loop's pose_update), as they are evaluated
+    assert meta["pose_estimator"]["update"] == real_meta["pose_estimator"]["update"] == "at_reset"
     paired = summary["tasks"]["PickCup"]["paired"]
     assert [(c["a"], c["b"]) for c in paired] == [("act_aligned", "act_stand_in"), ("tpo", "act_aligned")]
     assert all(c["n"] == 1 and 0 < c["p_value"] <= 1 for c in paired)
@@ -134,6 +136,21 @@ def test_cache_key_changes_with_settings_and_inputs(tmp_path):
     assert calls == ["a", "b", "a3", "b2"] and a.outputs == {"v": 1}
 
 
+def test_reused_run_folders_are_read_in_place_and_never_written(tmp_path):
+    base = StageCache(tmp_path / "base")
+    base.run("a", {"x": 1}, [], lambda f: {"v": 1})
+    branch = StageCache(tmp_path / "branch", reuse=[tmp_path / "base"])
+    a = branch.run("a", {"x": 1}, [], lambda f: {"v": 2})
+    assert a.cached and a.folder == tmp_path / "base" / "a" and a.outputs == {"v": 1}
+    b = branch.run("b", {"y": 1}, ["a"], lambda f: {"w": 1})  # reads the reused stage, runs in its own folder
+    assert not b.cached and b.folder == tmp_path / "branch" / "b"
+    changed = branch.run("a", {"x": 2}, [], lambda f: {"v": 3})  # another key: runs here, base untouched
+    assert changed.folder == tmp_path / "branch" / "a"
+    assert json.loads((tmp_path / "base" / "a" / "stage.json").read_text())["outputs"] == {"v": 1}
+    with pytest.raises(FileNotFoundError, match="no such run folder"):
+        StageCache(tmp_path / "c", reuse=[tmp_path / "missing"])
+
+
 def test_background_stage_runs_through_the_cache_and_a_failure_names_its_log(tmp_path):
     import functools
     import operator
@@ -174,7 +191,7 @@ def test_config_errors_name_the_problem(tmp_path):
         load_config("quick", str(bad))
     cfg = load_config("quick")
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
-    assert cfg.evaluate.pose_update == "at_reset"
+    assert cfg.pose_update == "at_reset" and cfg.evaluate.pose_update is None
     assert cfg.generate.episodes >= 4 * cfg.record.episodes
     assert load_config("smoke_images").observation == "images"
 
@@ -281,8 +298,9 @@ def test_cache_keys_leave_out_settings_marked_so_and_keep_the_rest():
     cfg3 = load_config("quick")
     cfg3.record = replace(cfg3.record, episodes=cfg3.record.episodes + 1)
     assert {s.name for s in STAGES if s.cache_settings(cfg3, "PickCup") != base[s.name]} == {"record"}
-    # TPO rolls out on the observation the policies are evaluated on
-    assert base["tpo"]["pose_update"] == cfg.evaluate.pose_update == "at_reset"
+    # TPO rolls out on the observation the policies are recorded and evaluated on (the loop's pose_update)
+    assert base["tpo"]["pose_update"] == cfg.pose_update == "at_reset" and cfg.evaluate.pose_update is None
+    assert base["record"]["pose_update"] == base["generate"]["pose_update"] == "at_reset"
 
 
 def test_evaluate_settings_name_only_what_the_loop_trains(tmp_path):
@@ -299,8 +317,10 @@ def test_evaluate_settings_name_only_what_the_loop_trains(tmp_path):
 
 
 def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_path, capsys):
-    """benchmarks/policies.py at smoke sizes: the benchmark profile's extra rows (nominal sim, in-sim
-    evaluation) come from the same stage table, and its printer reads the run's summary."""
+    """benchmarks/policies.py at smoke sizes, two training seeds: the second seed's run reuses the first's
+    perception, recording, calibration and data in place and trains only its own policies; every row is
+    evaluated on the stand-in and in both sims; the pooled paired tests and the ranking metrics are
+    computed from the runs' summaries."""
     import runpy
 
     sizes = tmp_path / "smoke_sizes.yaml"
@@ -312,21 +332,50 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
         "calibrate: {surrogate_epochs: 1, refine_steps: 10, free: [kp.right_shoulder, kp.right_elbow]}\n"
         "generate: {episodes: 2}\n"
         "act: {steps: 4, batch_size: 2, save_every: 4}\n"
-        "tpo: {iterations: 1, rollouts: 2, pairs: 1, epochs: 1, eval_episodes: 1}\n"
         "evaluate: {episodes: 1}\n"
     )
     benchmark = runpy.run_path("benchmarks/policies.py")
-    assert benchmark["main"](["--runs", str(tmp_path), "--name", "b", "--config", str(sizes)]) == 0
-    summary = json.loads((tmp_path / "b" / "summary.json").read_text())["tasks"]["PickCup"]
-    assert not summary["stages"]["act_nominal"]["outputs"].get("skipped")
-    rows = benchmark["rows_of"](summary)
-    assert set(rows) == {"a", "b", "c", "d", "c_sim"}  # row e needs evaluate.ablation_estimator
-    assert all(r["episodes"] == 1 for r in rows.values())
-    assert [(c["a"], c["b"]) for c in summary["paired"]] == [
-        ("act_aligned", "act_nominal"),
-        ("act_aligned", "act_stand_in"),
-        ("tpo", "act_aligned"),
-    ]
+    argv = ["--runs", str(tmp_path), "--name", "b", "--worlds", "default", "--seeds", "0", "1"]
+    assert benchmark["main"]([*argv, "--config", str(sizes)]) == 0
+    runs = tmp_path / "b" / "default" / "PickCup"
+    first = json.loads((runs / "seed0" / "summary.json").read_text())["tasks"]["PickCup"]
+    second = json.loads((runs / "seed1" / "summary.json").read_text())["tasks"]["PickCup"]
+    assert not first["stages"]["act_nominal"]["outputs"].get("skipped")
+    assert first["stages"]["tpo"]["outputs"]["skipped"]  # not evaluated: not trained
+    for stage in ("perception", "record", "calibrate", "generate"):  # read in place from the first seed's run
+        assert second["stages"][stage]["folder"] == first["stages"][stage]["folder"]
+        assert second["stages"][stage]["cached"]
+    assert second["stages"]["act_aligned"]["folder"].startswith(str(runs / "seed1"))
+    assert set(first["evaluation"]) >= {
+        f"{p}{w}" for p in ("act_stand_in", "act_nominal", "act_aligned") for w in ("", "_in_sim", "_in_nominal_sim")
+    }
+    saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
+    rows = saved["results"]["default"]["PickCup"]["rows"]
+    assert [len(rows[r]["policies"]) for r in ("a", "b", "c")] == [2, 1, 2]
+    assert saved["results"]["default"]["PickCup"]["tests"]["c_vs_a"]["n"] == 2  # 1 episode x 2 seeds, pooled
+    assert saved["agreement"]["default"]["calibrated_sim"]["n"] == 5
     out = capsys.readouterr().out
-    assert "| (c) vs (b) |" in out and "(c_sim) (c) in its own (calibrated) sim" in out
+    assert "| PickCup | (c) vs (a) |" in out and "MMRV" in out
     assert (tmp_path / "b" / "policies.png").stat().st_size > 0
+
+
+def test_every_task_runs_through_the_loop(tmp_path, capsys):
+    """`demo --profile smoke --tasks all`: every stage for each of the four tasks, one row per task in the
+    printed table and in the report, each beside the paper's two numbers for it."""
+    from embodied_gym.cli import main
+    from embodied_gym.sim.tasks import TASKS
+
+    assert main(["demo", "--profile", "smoke", "--tasks", "all", "--runs", str(tmp_path), "--name", "all"]) == 0
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
+    assert list(summary["tasks"]) == list(TASKS)
+    for task, t in summary["tasks"].items():
+        assert list(t["stages"]) == list(STAGE_NAMES)
+        assert (tmp_path / "all" / task / "evaluate" / "stage.json").exists()
+        assert {"act_stand_in", "act_aligned"} <= set(t["evaluation"])
+        assert t["evaluation"]["act_aligned"]["grasp_rate"] is not None  # every task reports its grasp term
+    out = capsys.readouterr().out
+    report = (tmp_path / "all" / "report.html").read_text()
+    for task, cls in TASKS.items():
+        before, after = cls.paper_success
+        assert any(line.startswith(task) and f"{before} % -> {after} %" in line for line in out.splitlines())
+        assert f"<tr><td>{task}</td>" in report

@@ -79,6 +79,14 @@ def add_arguments(p, argv=()) -> None:
     size.add_argument("--profile", default="quick", help="a profile of embodied_gym/demo/profiles (quick, full, smoke)")
     p.add_argument("--config", help="YAML file overriding any stage setting of the profile")
     p.add_argument("--from", choices=STAGE_NAMES, help="rerun this stage and every stage that reads it")
+    p.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="another run folder whose finished stages with the same settings and inputs are used in place "
+        "(e.g. a run that differs only in act.seed shares perception, recording, calibration and data)",
+    )
     p.add_argument("--name", help="run name: output in RUNS/NAME (default: the profile's name)")
     p.add_argument("--runs", default="runs", help="folder of runs (default runs/)")
     # Every setting of the profile, e.g. --tasks PickCup --act.steps 800 --calibrate.method physaligner
@@ -99,18 +107,20 @@ def _run_dir(args) -> str:
 def run(args) -> int:
     from embodied_gym.demo.configuration import DemoConfig, check_config, load_config
     from embodied_gym.demo.loop import run_demo
+    from embodied_gym.demo.report import task_table_text
 
     cfg = load_config("full" if args.full else args.profile, args.config)
     configs.merge(cfg, configs.given(args, DemoConfig), "command line")
     check_config(cfg)
     run_dir = _run_dir(args)
-    summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"))
+    summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"), reuse=tuple(args.reuse))
     for task, t in summary["tasks"].items():
         for name, e in t["evaluation"].items():
             print(
                 f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
                 f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)"
             )
+    print(task_table_text(summary))
     print(f"report: {os.path.join(run_dir, 'report.html')}  (summary: {os.path.join(run_dir, 'summary.json')})")
     return 0
 

@@ -8,7 +8,7 @@ GROUP = "perception"
 NAME = "offset"
 HELP = (
     "measure the estimator's bias on the robot's camera from its recorded demonstrations (where the gripper "
-    "held the object) and write a corrected copy for the robot"
+    "grasped the object and released it, from the joint encoders) and write a corrected copy for the robot"
 )
 
 
@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
         "--sim-dataset",
         required=True,
         metavar="DIR",
-        help="demonstrations of the same expert in the sim (their true start poses give the grasp offset)",
+        help="demonstrations of the same expert in the sim (their true start poses give the grasp and release offsets)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the corrected estimator folder (for the robot only)")
 
@@ -36,13 +36,17 @@ def run(args) -> int:
 
     fit = fit_estimator_offset(args.model, args.robot_dataset, args.sim_dataset)
     corrected_estimator(args.model, fit, args.out)
-    dx, dy = (100 * v for v in fit.correction_xy)
-    spread = 100 * np.std(fit.bias_per_episode, axis=0)
-    print(
-        f"{fit.object}: correction ({dx:+.2f}, {dy:+.2f}) cm in (x, y) from {fit.robot_episodes} robot demonstrations "
-        f"(per-episode spread {spread[0]:.2f} / {spread[1]:.2f} cm; outliers: {fit.outliers or 'none'}); "
-        f"corrected estimator: {args.out} (use it on the robot: --pose-estimator {args.out})"
-    )
+    for obj, offset in fit.objects.items():
+        dx, dy = (100 * v for v in offset.correction_xy)
+        spread = 100 * np.std(offset.bias_per_episode, axis=0)
+        print(
+            f"{obj} (at the {offset.event}): correction ({dx:+.2f}, {dy:+.2f}) cm in (x, y) from "
+            f"{len(offset.episodes)} robot demonstrations (per-episode spread {spread[0]:.2f} / {spread[1]:.2f} cm; "
+            f"outliers: {offset.outliers or 'none'})"
+        )
+    for obj, why in fit.uncorrected.items():
+        print(f"{obj}: not corrected ({why})")
+    print(f"corrected estimator: {args.out} (use it on the robot: --pose-estimator {args.out})")
     return 0
 
 

@@ -43,12 +43,18 @@ class StageRecord:
 
 class StageCache:
     """The finished stages of one run folder. ``forced``: stage names (the part after the last slash)
-    that rerun even when a finished run with their key exists (the demo's ``--from``)."""
+    that rerun even when a finished run with their key exists (the demo's ``--from``). ``reuse``: other
+    run folders whose finished stages count as this run's when their key matches (read in place, never
+    written): runs that differ only downstream, e.g. another training seed, share what is upstream."""
 
-    def __init__(self, run_dir: str | os.PathLike, forced: Iterable[str] = ()):
+    def __init__(self, run_dir: str | os.PathLike, forced: Iterable[str] = (), reuse: Iterable[str | os.PathLike] = ()):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.forced = set(forced)
+        self.reuse = [Path(r) for r in reuse]
+        for other in self.reuse:
+            if not other.is_dir():
+                raise FileNotFoundError(f"--reuse {other}: no such run folder")
         self.records: dict[str, StageRecord] = {}
 
     def key(self, settings: Any, inputs: list[str]) -> str:
@@ -56,17 +62,20 @@ class StageCache:
         return stage_key(settings, [self.records[i].key for i in inputs])
 
     def lookup(self, name: str, key: str) -> StageRecord | None:
-        """The finished run of stage ``name`` with ``key`` (registered as cached), or None: none, another
-        key, or the stage is forced by ``--from``."""
-        marker = self.run_dir / name / "stage.json"
-        if name.split("/")[-1] in self.forced or not marker.exists():
+        """The finished run of stage ``name`` with ``key`` (registered as cached), in this run folder or
+        else in a ``reuse`` one, or None: none, another key, or the stage is forced by ``--from``."""
+        if name.split("/")[-1] in self.forced:
             return None
-        done = json.loads(marker.read_text())
-        if done.get("key") != key:
-            return None
-        rec = StageRecord(name, key, self.run_dir / name, done["outputs"], done["wall_time_s"], cached=True)
-        self.records[name] = rec
-        return rec
+        for run_dir in (self.run_dir, *self.reuse):
+            marker = run_dir / name / "stage.json"
+            if not marker.exists():
+                continue
+            done = json.loads(marker.read_text())
+            if done.get("key") == key:
+                rec = StageRecord(name, key, run_dir / name, done["outputs"], done["wall_time_s"], cached=True)
+                self.records[name] = rec
+                return rec
+        return None
 
     def execute(self, name: str, key: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
         """Run ``fn(folder) -> outputs`` in a clean folder and write its ``stage.json`` last."""

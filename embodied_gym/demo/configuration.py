@@ -71,8 +71,8 @@ class PerceptionStageConfig:
     )
     robot_offset: bool = setting(
         True,
-        help="correct the estimator's constant bias on the robot's camera, measured "
-        "on the recorded demonstrations (stage perception_offset; PickCup)",
+        help="correct the estimator's constant bias on the robot's camera, measured on the recorded "
+        "demonstrations where the gripper closes on (and releases) each task's objects (stage perception_offset)",
         cache_key=False,  # the perception_offset stage's setting, not the estimator's
     )
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
@@ -102,8 +102,8 @@ class EvaluateStageConfig:
     # stage's episodes and seeds) instead of a separate evaluation run
     expert: bool = True
     # When a policy reading estimated object poses gets a new estimate on the stand-in: every_frame, or
-    # at_reset (the reset frame's estimate held for the episode, before any arm occludes the objects);
-    # None: as each policy's data was recorded (every_frame here)
+    # at_reset (the reset frame's estimate held for the episode); None: as each policy's data was
+    # recorded (the loop's pose_update)
     pose_update: str | None = None
     workers: int | None = setting(
         None, help="processes that run a policy's episodes (default: the CPU count)", cache_key=False
@@ -121,6 +121,11 @@ class EvaluateStageConfig:
         default_factory=list,
         help="policies also evaluated in the calibrated sim they were trained in (entries NAME_in_sim)",
     )
+    in_nominal_sim: list[str] = setting(
+        default_factory=list,
+        help="policies also evaluated in the uncalibrated (nominal) sim (entries NAME_in_nominal_sim): with "
+        "in_sim, whether a sim ranks the policies as the robot does (embodied-gym sim2real)",
+    )
     ablation_estimator: str | None = setting(
         None,
         metavar="FOLDER",
@@ -136,7 +141,9 @@ POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo")
 
 @dataclass
 class DemoConfig:
-    tasks: list[str] = field(default_factory=lambda: ["PickCup"])
+    tasks: list[str] = setting(
+        default_factory=lambda: ["PickCup"], help="the tasks the loop runs, one after another, or all (every task)"
+    )
     # What the policies read besides the joint state. pose_estimate: the object poses a perception
     # model estimates from the camera frame (ACT's environment state; VisAligner is not needed and is
     # skipped); images: the camera frames themselves (end-to-end image ACT, VisAligner renders the
@@ -146,6 +153,12 @@ class DemoConfig:
     # own (exact labels, no camera rendered); estimate: the
     # estimator's, as the robot's demos have. Every policy is evaluated on the estimate either way.
     sim_pose_source: str = "ground_truth"
+    # With pose_estimate: when the pose entry of every recording is refreshed (stand-in and sim demos,
+    # TPO's rollouts, and evaluation unless evaluate.pose_update says otherwise), so the policies learn
+    # from the observation they are evaluated on. every_frame: at each camera frame (a carried object's
+    # pose follows it); at_reset: the reset frame's poses held for the episode (before any arm occludes
+    # the objects; the policy then tracks progress from the joint state).
+    pose_update: str = "every_frame"
     # The robot the demo runs against: a stand-in config YAML (default: the shipped stand-in world).
     robot_config: str | None = None
     # The cameras' frame rate (None: a frame per 50 Hz control step); between frames the estimate is held.
@@ -246,16 +259,20 @@ def load_config(profile: str = "quick", override: str | None = None) -> DemoConf
 
 def check_config(cfg: DemoConfig) -> None:
     """Raises ValueError naming the setting: an unknown task or observation, a missing robot config,
-    an evaluation of a policy the loop does not train."""
+    an evaluation of a policy the loop does not train. ``tasks: [all]`` becomes every registered task."""
+    if list(cfg.tasks) == ["all"]:
+        cfg.tasks = list(TASKS)
     unknown = [t for t in cfg.tasks if t not in TASKS]
     if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)}")
+        raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)} or all")
     if cfg.observation not in OBSERVATIONS:
         raise ValueError(f"observation: {cfg.observation!r} is not one of {list(OBSERVATIONS)}")
 
     if cfg.sim_pose_source not in POSE_SOURCES:
         raise ValueError(f"sim_pose_source: {cfg.sim_pose_source!r} is not one of {list(POSE_SOURCES)}")
 
+    if cfg.pose_update not in POSE_UPDATES:
+        raise ValueError(f"pose_update: {cfg.pose_update!r} is not one of {list(POSE_UPDATES)}")
     if cfg.evaluate.pose_update is not None and cfg.evaluate.pose_update not in POSE_UPDATES:
         raise ValueError(
             f"evaluate.pose_update: {cfg.evaluate.pose_update!r} is not one of {list(POSE_UPDATES)} "
@@ -288,11 +305,18 @@ def _check_evaluate(cfg: DemoConfig) -> None:
         raise ValueError(
             f"evaluate.policies: {unknown} are not trained by the loop; valid: {['expert', *trained]}{extra}"
         )
-    not_evaluated = [p for p in e.in_sim if p not in e.policies or p == "expert"]
-    if not_evaluated:
-        raise ValueError(f"evaluate.in_sim: {not_evaluated} must be trained policies listed in evaluate.policies")
+    for key in ("in_sim", "in_nominal_sim"):
+        not_evaluated = [p for p in getattr(e, key) if p not in e.policies or p == "expert"]
+        if not_evaluated:
+            raise ValueError(f"evaluate.{key}: {not_evaluated} must be trained policies listed in evaluate.policies")
     # every entry the evaluate stage can write; a pair it did not evaluate this run is left out
-    names = ["expert", *trained, *(f"{p}_in_sim" for p in e.in_sim), "act_aligned_ablation_estimator"]
+    names = [
+        "expert",
+        *trained,
+        *(f"{p}_in_sim" for p in e.in_sim),
+        *(f"{p}_in_nominal_sim" for p in e.in_nominal_sim),
+        "act_aligned_ablation_estimator",
+    ]
     if e.ablation_estimator and ("act_aligned" not in e.policies or cfg.observation != "pose_estimate"):
         raise ValueError("evaluate.ablation_estimator needs observation: pose_estimate and act_aligned evaluated")
     for pair in e.comparisons:

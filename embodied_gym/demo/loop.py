@@ -23,10 +23,13 @@ from embodied_gym.demo.report import write_report
 from embodied_gym.demo.stages import STAGE_NAMES, STAGES, LoopSettings, Stage, StageContext, downstream, say
 
 
-def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None = None) -> dict:
+def run_demo(
+    cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None = None, reuse: tuple[str, ...] = ()
+) -> dict:
     """Run (or resume) every stage for every task, then write ``report.html`` and ``summary.json``.
 
-    ``rerun_from``: a stage name; it and every stage that reads it rerun even when cached."""
+    ``rerun_from``: a stage name; it and every stage that reads it rerun even when cached. ``reuse``:
+    other run folders whose finished stages with the same key are used in place (not rerun, not copied)."""
     import torch
 
     if rerun_from is not None and rerun_from not in STAGE_NAMES:
@@ -34,7 +37,7 @@ def run_demo(cfg: DemoConfig, run_dir: str | os.PathLike, rerun_from: str | None
     for warning in cfg.check():  # before any stage: a missing weights file, cuda without a GPU
         say(f"warning: {warning}")
     run_dir = Path(run_dir)
-    cache = StageCache(run_dir, forced=downstream(rerun_from) if rerun_from else ())
+    cache = StageCache(run_dir, forced=downstream(rerun_from) if rerun_from else (), reuse=reuse)
     threads = torch.get_num_threads()
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)

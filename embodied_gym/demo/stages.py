@@ -77,10 +77,19 @@ class LoopSettings:
     camera_fps: float | None
     max_episode_steps: int | None
     sim_pose_source: str
+    pose_update: str
 
     @classmethod
     def of(cls, cfg: DemoConfig, task: str) -> LoopSettings:
-        return cls(task, cfg.observation, cfg.robot_config, cfg.camera_fps, cfg.max_episode_steps, cfg.sim_pose_source)
+        return cls(
+            task,
+            cfg.observation,
+            cfg.robot_config,
+            cfg.camera_fps,
+            cfg.max_episode_steps,
+            cfg.sim_pose_source,
+            cfg.pose_update,
+        )
 
     @property
     def pose(self) -> bool:
@@ -164,6 +173,7 @@ def _record(
         robot_config=robot_config,
         pose_estimator=estimator,
         pose_source="ground_truth" if ground_truth else None,
+        pose_update=loop.pose_update if estimator is not None else None,
         max_episode_steps=loop.max_episode_steps,
     )
     if estimator is None:
@@ -368,19 +378,23 @@ def run_tpo(t, ctx: StageContext) -> dict:
 
 def run_perception_offset(_, ctx: StageContext) -> dict:
     """The estimator's constant bias on the robot's camera, measured on the recorded demonstrations
-    against the sim's; a corrected copy of the estimator for the sim-trained policies."""
+    against the sim's (per object: the task's grasped object, and its place target where the
+    demonstrations release); a corrected copy of the estimator for the sim-trained policies."""
 
     estimator = ctx.inputs["perception"]["model"]
     try:
         fit = fit_estimator_offset(estimator, ctx.inputs["record"]["dataset"], ctx.inputs["generate"]["dataset"])
-    except TooFewDemonstrations as e:  # e.g. episodes cut before success: the policies read the estimate as is
+    except TooFewDemonstrations as e:  # e.g. episodes cut before the grasp: the policies read the estimate as is
         return {"skipped": str(e)}
     corrected_estimator(estimator, fit, ctx.folder / "model")
     return {
         "model": str(ctx.folder / "model"),
-        "correction_cm": [100 * v for v in fit.correction_xy],
+        "object": fit.object,
+        "correction_cm": [100 * v for v in fit.correction_xy],  # the grasped object's (the report's figure)
+        "corrections_cm": {obj: [100 * v for v in o.correction_xy] for obj, o in fit.objects.items()},
+        "uncorrected": fit.uncorrected,
         "robot_episodes": fit.robot_episodes,
-        "outliers": fit.outliers,
+        "outliers": {obj: o.outliers for obj, o in fit.objects.items()},
     }
 
 
@@ -401,24 +415,36 @@ def _expert_from_recording(rec: dict) -> dict:
 
 
 #: the fields of an evaluation JSON an entry of the summary keeps
-_EVAL_FIELDS = ("success_rate", "ci95", "episodes", "mean_return", "mean_reset_pose_error_cm")
+_EVAL_FIELDS = ("success_rate", "ci95", "episodes", "mean_return", "mean_reset_pose_error_cm", "grasp_rate")
 
 
-def evaluation_runs(e, ctx: StageContext) -> list[tuple[str, str, bool, str | None]]:
-    """(entry name, policy folder or "expert", on the stand-in?, pose estimator or None) of every
-    evaluation ``e`` asks for. The sim-trained policies read the robot's corrected estimate."""
+#: where an evaluation runs: the stand-in robot, the calibrated sim the policies were trained in, the
+#: uncalibrated sim
+ROBOT, CALIBRATED_SIM, NOMINAL_SIM = "robot", "calibrated_sim", "nominal_sim"
+
+
+def evaluation_runs(e, ctx: StageContext) -> list[tuple[str, str, str, str | None]]:
+    """(entry name, policy folder or "expert", where (:data:`ROBOT`, :data:`CALIBRATED_SIM`,
+    :data:`NOMINAL_SIM`), pose estimator or None) of every evaluation ``e`` asks for. The sim-trained
+    policies read the robot's corrected estimate on the robot; in a sim every policy reads the sim's own
+    estimator (the one it was recorded with)."""
     policies = {n: ctx.inputs[n]["policy"] for n in e.policies if n != "expert" and "policy" in ctx.inputs.get(n, {})}
     corrected = ctx.inputs["perception_offset"].get("model")
-    runs: list[tuple[str, str, bool, str | None]] = []
+    runs: list[tuple[str, str, str, str | None]] = []
     if "expert" in e.policies and e.expert:
-        runs.append(("expert", "expert", True, None))
+        runs.append(("expert", "expert", ROBOT, None))
     for name, policy in policies.items():
-        runs.append((name, policy, True, corrected if name != "act_stand_in" else None))
-    for name in e.in_sim:  # in the calibrated sim it was trained in, reading the sim's own estimator
-        runs.append((f"{name}_in_sim", policies[name], False, None))
+        runs.append((name, policy, ROBOT, corrected if name != "act_stand_in" else None))
+    for name in e.in_sim:
+        runs.append((f"{name}_in_sim", policies[name], CALIBRATED_SIM, None))
+    for name in e.in_nominal_sim:
+        runs.append((f"{name}_in_nominal_sim", policies[name], NOMINAL_SIM, None))
     if e.ablation_estimator:
-        runs.append(("act_aligned_ablation_estimator", policies["act_aligned"], True, e.ablation_estimator))
+        runs.append(("act_aligned_ablation_estimator", policies["act_aligned"], ROBOT, e.ablation_estimator))
     return runs
+
+
+_WHERE = {ROBOT: "the stand-in robot", CALIBRATED_SIM: "the calibrated sim", NOMINAL_SIM: "the nominal sim"}
 
 
 def run_evaluate(e, ctx: StageContext) -> dict:
@@ -428,9 +454,9 @@ def run_evaluate(e, ctx: StageContext) -> dict:
     out: dict[str, Any] = {}
     if "expert" in e.policies and not e.expert:
         out["expert"] = _expert_from_recording(ctx.inputs["record"])
-    for name, policy, on_robot, estimator in evaluation_runs(e, ctx):
-        where = "the stand-in robot" if on_robot else "the calibrated sim"
-        say(f"{loop.task}: evaluating {name} on {where} ({e.episodes} episodes)")
+    for name, policy, where, estimator in evaluation_runs(e, ctx):
+        say(f"{loop.task}: evaluating {name} on {_WHERE[where]} ({e.episodes} episodes)")
+        on_robot = where == ROBOT
         res = evaluate_policy(
             policy,
             embodied_gym.env_id(loop.task, real=on_robot),
@@ -440,7 +466,7 @@ def run_evaluate(e, ctx: StageContext) -> dict:
             videos=str(ctx.folder / f"{name}_videos"),
             max_episode_steps=loop.max_episode_steps,
             robot_config=loop.robot_config if on_robot else None,
-            physics=None if on_robot else ctx.inputs["calibrate"]["result"],
+            physics=ctx.inputs["calibrate"]["result"] if where == CALIBRATED_SIM else None,
             pose_update=e.pose_update,
             workers=e.workers or cpu_count(),
             pose_estimator=estimator,
@@ -466,10 +492,13 @@ class OffsetSettings:
 
 
 def _tpo_section(cfg: DemoConfig):
-    """TPO rolls out on the observation the policies are evaluated on (``evaluate.pose_update``) unless
-    its own settings name one, and evaluates on as many processes as the stand-in evaluation."""
+    """TPO rolls out on the observation the policies are evaluated on (``evaluate.pose_update``, else the
+    loop's ``pose_update``) unless its own settings name one, and evaluates on as many processes as the
+    stand-in evaluation."""
 
-    pose_update = (cfg.tpo.pose_update or cfg.evaluate.pose_update) if cfg.observation == "pose_estimate" else None
+    pose_update: str | None = None
+    if cfg.observation == "pose_estimate":
+        pose_update = cfg.tpo.pose_update or cfg.evaluate.pose_update or cfg.pose_update
     return replace(cfg.tpo, pose_update=pose_update, eval_workers=cfg.evaluate.workers or cpu_count())
 
 
@@ -493,7 +522,11 @@ def _skip_nominal(cfg: DemoConfig) -> str | None:
     return None if cfg.nominal_sim else "nominal_sim: false"
 
 
-_ROBOT = ("robot_config", "camera_fps", "observation")
+def _skip_tpo(cfg: DemoConfig) -> str | None:
+    return None if "tpo" in cfg.evaluate.policies else "tpo is not in evaluate.policies"
+
+
+_ROBOT = ("robot_config", "camera_fps", "observation", "pose_update")
 
 #: The loop, in the order its stages run.
 STAGES: tuple[Stage, ...] = (
@@ -519,7 +552,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("act_aligned", run_act_aligned, attrgetter("act"), ("generate",)),
     Stage("act_nominal", run_act_nominal, attrgetter("act"), ("generate_nominal",), skip=_skip_nominal),
-    Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner")),
+    Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner"), skip=_skip_tpo),
     Stage(
         "perception_offset",
         run_perception_offset,

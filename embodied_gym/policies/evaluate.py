@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -70,14 +71,15 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2.0 * tail)
 
 
-def paired_comparison(a: dict[int, bool], b: dict[int, bool]) -> PairedComparison:
+def paired_comparison[K: Hashable](a: Mapping[K, bool], b: Mapping[K, bool]) -> PairedComparison:
     """Compare two evaluations seed by seed (``{seed: success}`` each, e.g. from
-    :func:`successes_by_seed`): only seeds both ran count.
+    :func:`successes_by_seed`; any hashable key, e.g. ``(training seed, episode seed)`` to pool several
+    policies' evaluations): only seeds both ran count.
 
     Raises:
         ValueError: the evaluations share no seed (they were not run on the same seeds).
     """
-    seeds = sorted(set(a) & set(b))
+    seeds = [s for s in a if s in b]
     if not seeds:
         raise ValueError("the two evaluations share no seed: evaluate both with the same --seed and episodes")
     both = sum(a[s] and b[s] for s in seeds)
@@ -120,6 +122,9 @@ class EpisodeResult:
     #: horizontal error (cm, mean over the estimator's objects) of the pose estimate in the reset
     #: observation against ``info["object_poses"]``; None when the policy reads no estimate
     reset_pose_error_cm: float | None = None
+    #: whether the task's ``grasp`` reward term reached 1 at some step (the object held, the paper's
+    #: intermediate step); None when the env reports no such term
+    grasped: bool | None = None
 
 
 @dataclass
@@ -138,6 +143,13 @@ class EvalResult:
     physics: str | None = None
 
     @property
+    def grasp_rate(self) -> float | None:
+        """The fraction of episodes whose object was grasped at some step; None when the env reports no
+        ``grasp`` reward term."""
+        grasped = [e.grasped for e in self.per_episode if e.grasped is not None]
+        return float(np.mean(grasped)) if grasped else None
+
+    @property
     def mean_reset_pose_error_cm(self) -> float | None:
         """Mean of the episodes' ``reset_pose_error_cm``; None when the policy read no estimate."""
         errors = [e.reset_pose_error_cm for e in self.per_episode if e.reset_pose_error_cm is not None]
@@ -148,6 +160,7 @@ class EvalResult:
         d["ci95"] = list(self.ci95)
         d["lengths"] = [e.length for e in self.per_episode]
         d["mean_reset_pose_error_cm"] = self.mean_reset_pose_error_cm
+        d["grasp_rate"] = self.grasp_rate
         return d
 
     def summary(self) -> str:
@@ -156,6 +169,8 @@ class EvalResult:
             f"{self.env_id}: success {self.success_rate:.1%} (95 % CI {lo:.1%}-{hi:.1%}) over {self.episodes} "
             f"episodes; mean return {self.mean_return:.2f}, mean length {self.mean_length:.0f} steps"
         )
+        if self.grasp_rate is not None:
+            text += f"; grasped in {self.grasp_rate:.1%}"
         if self.mean_reset_pose_error_cm is not None:
             text += (
                 f"; the reset frame's pose estimate off by {self.mean_reset_pose_error_cm:.2f} cm (mean, horizontal)"
@@ -191,22 +206,27 @@ def reset_pose_error_cm(env, obs, info: dict) -> float | None:
 
 
 def run_episode(env, agent, seed: int, frames: list | None = None, camera: str | None = None):
-    """One episode; returns (success, return, length, final reward, physics error, reset pose error cm)."""
+    """One episode; returns (success, return, length, final reward, physics error, reset pose error cm,
+    grasped: whether the ``grasp`` reward term reached 1, None without one)."""
     agent.reset()
     obs, info = env.reset(seed=seed)
     pose_error = reset_pose_error_cm(env, obs, info)
     if frames is not None:
         frames.append(_frame(env, obs, camera))
     ret, length, reward = 0.0, 0, 0.0
+    grasped: bool | None = None
     while True:
         obs, reward, terminated, truncated, info = env.step(agent(obs, info))
         ret += float(reward)
         length += 1
+        grasp = info.get("reward_terms", {}).get("grasp")
+        if grasp is not None:
+            grasped = bool(grasped) or grasp >= 1.0
         if frames is not None and length % 2 == 0:
             frames.append(_frame(env, obs, camera))
         if terminated or truncated:
             break
-    return bool(info.get("is_success")), ret, length, float(reward), info.get("physics_error"), pose_error
+    return bool(info.get("is_success")), ret, length, float(reward), info.get("physics_error"), pose_error, grasped
 
 
 def _frame(env, obs, camera):
@@ -254,12 +274,12 @@ def _episode(env, agent, i: int, seed: int, videos, video_episodes: int) -> Epis
         cams = getattr(env.unwrapped, "cameras", ())
         camera = cams[0] if cams else None
     frames: list[np.ndarray] | None = [] if record else None
-    success, ret, length, last_r, err, pose_error = run_episode(env, agent, seed + i, frames, camera)
+    success, ret, length, last_r, err, pose_error, grasped = run_episode(env, agent, seed + i, frames, camera)
     video = None
     if frames:
         video = str(Path(videos) / f"episode_{i:03d}_{'success' if success else 'failure'}.mp4")
         write_mp4(video, frames, fps=25)
-    return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video, pose_error)
+    return EpisodeResult(i, seed + i, success, ret, length, last_r, err, video, pose_error, grasped)
 
 
 def _result(

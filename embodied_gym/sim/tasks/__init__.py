@@ -60,6 +60,15 @@ def _registry(*classes: type[Task]) -> dict[str, type[Task]]:
                 f"{where}: object_docs names {sorted(task.object_docs)} differ from the ranges' "
                 f"objects {sorted(task.ranges)}; document every object"
             )
+        for attribute in ("grasped_object", "place_target"):
+            named = getattr(cls, attribute)
+            if named is not None and named not in task.ranges:
+                raise ValueError(
+                    f"{where}: {attribute} {named!r} is not one of its objects {sorted(task.ranges)}; "
+                    f"name an object of ranges, or None"
+                )
+        if cls.place_target is not None and cls.grasped_object is None:
+            raise ValueError(f"{where}: place_target {cls.place_target!r} needs a grasped_object (what is placed)")
         if task.reward_terms[-1:] != ("success",):
             raise ValueError(f"{where}: reward_terms {task.reward_terms} must end with 'success'")
         out[task.name] = cls

@@ -158,7 +158,8 @@ class Task(abc.ABC):
     (checked when the registry is built): :attr:`summary`, :attr:`object_docs`, :attr:`success_doc`,
     :attr:`reward_doc`, :attr:`reward_terms`. Hooks with a default: :meth:`sample_layout` and
     :meth:`place` (uniform draws from :attr:`ranges`, objects set on the table), :attr:`arm_doc`
-    (the right arm), :attr:`paper_success` (none reported).
+    (the right arm), :attr:`paper_success` (none reported), :attr:`grasped_object` and
+    :attr:`place_target` (none: the camera-bias correction cannot be measured on the task).
     """
 
     name: str = ""
@@ -186,6 +187,17 @@ class Task(abc.ABC):
     """The paper's real-robot success (%) before and after RL (arXiv 2507.05198, real-robot
     experiments: real-data SFT with three views -> after RL in EmbodieDreamer, single view), or None
     if the paper does not report the task. Shown beside our stand-in figures, never mixed with them."""
+    grasped_object: ClassVar[str | None] = None
+    """The object (a key of :attr:`ranges`) the expert's first grasp closes on while it still rests at
+    its start pose, or None if the task has no such grasp. At the first frame whose gripper command
+    starts closing, the object's start position is the TCP's plus an offset the sim measures: what
+    :func:`~embodied_gym.perception.robot_offset.fit_estimator_offset` measures a pose estimator's
+    bias on the robot's camera against (None: that function refuses the task)."""
+    place_target: ClassVar[str | None] = None
+    """The object (a key of :attr:`ranges`) the grasped object is released onto or into, where the
+    expert aims its release at that object's start position, or None (no release, as in PickCup).
+    At the first frame whose gripper command opens again after the grasp, its start position is the
+    TCP's plus an offset the sim measures: the same bias measurement for this object."""
 
     @property
     def object_names(self) -> tuple[str, ...]:

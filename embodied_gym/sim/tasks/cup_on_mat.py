@@ -50,6 +50,8 @@ class CupOnMat(Task):
     )
     reward_terms = ("reach", "grasp", "transport", "on_mat", "success")
     paper_success = (40, 70)
+    grasped_object = "cup"
+    place_target = "mat"
 
     def add_objects(self, spec):
         add_cup(spec, 0.03, (0.85, 0.3, 0.25, 1))

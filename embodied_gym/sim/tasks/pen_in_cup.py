@@ -59,6 +59,8 @@ class PenInCup(Task):
     )
     reward_terms = ("reach", "grasp", "transport", "inside", "success")
     paper_success = (20, 70)
+    grasped_object = "pen"
+    place_target = "pencup"
 
     def add_objects(self, spec):
         m, L, r = 0.012, PEN_HALF_LENGTH, PEN_RADIUS

@@ -35,6 +35,7 @@ class PickCup(Task):
     )
     reward_terms = ("reach", "grasp", "lift", "success")
     paper_success = (50, 90)
+    grasped_object = "cup"
 
     def add_objects(self, spec):
         add_cup(spec, 0.015, (0.93, 0.92, 0.86, 1))

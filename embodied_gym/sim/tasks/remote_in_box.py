@@ -56,6 +56,8 @@ class RemoteInBox(Task):
     )
     reward_terms = ("reach", "grasp", "transport", "inside", "success")
     paper_success = (60, 80)
+    grasped_object = "remote"
+    place_target = "box"
 
     def add_objects(self, spec):
         hx, hy, hz = REMOTE_HALF
