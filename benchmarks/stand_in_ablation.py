@@ -9,6 +9,9 @@ policy reads the same camera through the demo's bias-corrected estimator:
 - ``no_effects``: without latency, backlash, Stribeck friction and joint-reading noise (the world's physics);
 - ``no_physics``: the nominal sim's physics (gains, damping, friction, armature, gripper, object) with the effects;
 - ``arm_physics``: only the arm's joint physics (gains, damping, dry friction, armature), no effects;
+- ``arm_gains``: only the arm's position gains (kp), no effects;
+- ``left_gains`` / ``right_gains``: only one arm's position gains, no effects (a one-arm task's idle arm and
+  working arm);
 - ``grip_physics``: only the gripper gain, pad and object friction and object mass, no effects;
 - ``stribeck``: only the Stribeck friction (nominal physics, no other effect);
 - ``bare``: nominal physics, no effects (the look alone).
@@ -42,15 +45,52 @@ def variants(world: dict) -> dict[str, dict]:
         return w
 
     physics, effects = world.get("physics", {}), world.get("effects", {})
+
+    def one_arm_gains(arm: str) -> dict:
+        kp = physics.get("kp", {})
+        return {"kp": {j: v for j, v in kp.items() if j.startswith(arm)}} if isinstance(kp, dict) else {}
+
     return {
         "world": copy.deepcopy(world),
         "no_effects": with_(physics, {}),
         "no_physics": with_({}, effects),
         "arm_physics": with_({k: physics[k] for k in ARM if k in physics}, {}),
+        "arm_gains": with_({k: physics[k] for k in ("kp",) if k in physics}, {}),
+        "left_gains": with_(one_arm_gains("left"), {}),
+        "right_gains": with_(one_arm_gains("right"), {}),
         "grip_physics": with_({k: physics[k] for k in GRIP if k in physics}, {}),
         "stribeck": with_({}, {k: effects[k] for k in ("stribeck",) if k in effects}),
         "bare": with_({}, {}),
     }
+
+
+def trace_episode(policy: str, env_id: str, seed: int, robot_config: str, estimator: str | None, name: str) -> None:
+    """One episode of ``policy`` printed every 10th control step: TCP heights (cm), the joint readings the
+    policy was given (rad; grippers m) and the difference of its command from them."""
+    import numpy as np
+
+    from embodied_gym.factory import make_env_for
+    from embodied_gym.policies.agents import load_agent
+
+    agent = load_agent(policy, pose_estimator=estimator) if estimator else load_agent(policy)
+    env = make_env_for(agent, env_id, robot_config=robot_config, pose_update="at_reset")
+    try:
+        agent.reset()
+        obs, info = env.reset(seed=seed)
+        print(f"--- {name}, seed {seed}: step, TCP z left/right (cm), joint readings left | right, command - reading")
+        for t in range(10_000):
+            action = agent(obs, info)
+            q = np.asarray(obs["joint_pos"], dtype=np.float64)
+            obs, _, terminated, truncated, info = env.step(action)
+            if t % 10 == 0 or terminated or truncated:
+                z = np.asarray(info["tcp_poses"])[:, 2] * 100
+                np.set_printoptions(precision=4, suppress=True, linewidth=200)
+                print(f"{t:4d} z {z[0]:5.1f} / {z[1]:5.1f}  q {q[:7]} | {q[7:]}  a-q {np.asarray(action) - q}")
+            if terminated or truncated:
+                print(f"--- {name}: {'success' if info.get('is_success') else 'failure'} after {t + 1} steps")
+                break
+    finally:
+        env.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=100_000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", help="also write the rates and tests here (JSON)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="instead of evaluating, print one episode (reset --seed) step by step in each variant: both arms' "
+        "TCP heights, the right arm's gripper and every joint reading each 10th step",
+    )
     args = p.parse_args(argv)
 
     import yaml
@@ -92,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             cfg = Path(tmp) / f"{name}.yaml"
             cfg.write_text(yaml.safe_dump(table[name]))
+            if args.trace:
+                trace_episode(policy, embodied_gym.env_id(task, real=True), args.seed, str(cfg), estimator, name)
+                continue
             res = evaluate_policy(
                 policy,
                 embodied_gym.env_id(task, real=True),
@@ -105,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             results[name] = res
             print(f"{name}: success {res.success_rate:.0%}, grasped {res.grasp_rate or 0:.0%}", flush=True)
+    if args.trace:
+        return 0
     print(f"\n| {task}, {args.policy}, {Path(args.robot_config).stem} | success | grasped | vs bare: discordant, p |")
     print("|---|---|---|---|")
     rows = {}

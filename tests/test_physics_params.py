@@ -1,5 +1,6 @@
 import dataclasses
 
+import numpy as np
 import pytest
 
 from embodied_gym import PhysicsParams
@@ -159,3 +160,38 @@ def test_latency_and_backlash_round_trip_and_default_to_none(tmp_path):
 def test_invalid_latency_and_backlash_are_named(change, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(PhysicsParams(), **change)
+
+
+def test_physics_randomization_redraws_arm_physics_per_seed():
+    """Each reset seed draws its own arm physics within the spread, the same seed the same physics,
+    and the physics in the model is the drawn one (a parameter at zero stays zero)."""
+    import embodied_gym
+    from embodied_gym.factory import make_env
+
+    base = PhysicsParams()
+    env = make_env(embodied_gym.env_id("PickCup"), obs_type="state", physics_spread=0.2)
+    try:
+        draws = {}
+        for seed in (1, 2, 1):
+            _, info = env.reset(seed=seed)
+            kp = np.asarray(env.unwrapped.model.actuator_gainprm[env.unwrapped.sim._handles.arm_actuators, 0])
+            scale = np.asarray(info["physics_scale"]["kp"])
+            assert np.allclose(kp, np.asarray(base.kp) * scale, rtol=1e-3)
+            assert np.all(scale >= np.exp(-0.2) - 1e-4) and np.all(scale <= np.exp(0.2) + 1e-4)
+            draws.setdefault(seed, []).append(scale)
+        assert np.array_equal(draws[1][0], draws[1][1])
+        assert not np.allclose(draws[1][0], draws[2][0])
+        friction = np.asarray(env.unwrapped.physics.frictionloss)
+        assert np.all(friction[np.asarray(base.frictionloss) == 0] == 0)
+    finally:
+        env.close()
+
+
+def test_physics_randomization_rejects_a_robot_and_a_bad_spread():
+    import embodied_gym
+    from embodied_gym.factory import make_env
+
+    with pytest.raises(ValueError, match="physics_spread"):
+        make_env(embodied_gym.env_id("PickCup", real=True), obs_type="state", physics_spread=0.2)
+    with pytest.raises(ValueError, match=r"spread 1.5 must be in \[0, 1\]"):
+        make_env(embodied_gym.env_id("PickCup"), obs_type="state", physics_spread=1.5)

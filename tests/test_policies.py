@@ -127,6 +127,34 @@ def test_act_learning_rate_schedule():
         ACTTrainConfig(dataset="d", out="o", overrides={"lr_schedule": "step"}).resolved_preset()
 
 
+def test_act_state_noise_perturbs_the_arm_joints_only():
+    """The training state noise has the asked std on the 12 arm joints, leaves the grippers exact, and
+    is off at 0; the same generator seed gives the same noise (a resumed run continues it)."""
+    import torch
+
+    from embodied_gym.policies.act.training import perturb_arm_state
+    from embodied_gym.sim.robot import GRIPPER_INDICES
+
+    state = torch.zeros(4000, 14)
+    noisy = perturb_arm_state(state, 0.005, torch.Generator().manual_seed(1))
+    arms = [i for i in range(14) if i not in GRIPPER_INDICES]
+    assert torch.all(noisy[:, GRIPPER_INDICES] == 0)
+    assert noisy[:, arms].std().item() == pytest.approx(0.005, rel=0.05)
+    assert torch.equal(noisy, perturb_arm_state(state, 0.005, torch.Generator().manual_seed(1)))
+    assert perturb_arm_state(state, 0.0, torch.Generator()) is state
+    assert "--state-noise" in " ".join(_flags_of(ACTTrainConfig))
+
+
+def _flags_of(cls) -> list[str]:
+    import argparse
+
+    from embodied_gym import configs
+
+    p = argparse.ArgumentParser()
+    configs.add_arguments(p, cls)
+    return [a for action in p._actions for a in action.option_strings]
+
+
 def _lr_of(cfg, steps: int, step: int) -> float:
     import dataclasses
 

@@ -3,6 +3,7 @@
 - :mod:`.visaligner`: :class:`VisAlignerWrapper`, a sim camera's frames replaced by VisAligner's.
 - :mod:`.pose`: :class:`PoseEstimateWrapper` and :class:`GroundTruthPoseWrapper`, the object-pose
   entry of the observation (its contract: :mod:`embodied_gym.perception.pose_entry`).
+- :mod:`.physics`: :class:`PhysicsRandomizationWrapper`, a sim env's arm physics redrawn each episode.
 - :mod:`.reach`: :class:`ReachStageWrapper`, the reach stage of a task for RL from state.
 - :mod:`.lerobot`: :class:`LeRobotObservationWrapper`, our observation in LeRobot's env convention.
 
@@ -17,6 +18,7 @@ import importlib
 _MODULES = {
     "GroundTruthPoseWrapper": "pose",
     "LeRobotObservationWrapper": "lerobot",
+    "PhysicsRandomizationWrapper": "physics",
     "PoseEstimateWrapper": "pose",
     "ReachStageWrapper": "reach",
     "VisAlignerWrapper": "visaligner",

@@ -153,6 +153,13 @@ class ACTTrainConfig:
         "torchvision's resnet18 IMAGENET1K_V1 state dict saved on a "
         "machine with network; default: random init, never downloaded",
     )
+    state_noise: float = setting(
+        0.0,
+        metavar="RAD",
+        help="std of Gaussian noise added to the arm joints of observation.state in every training batch "
+        "(grippers untouched; 0: none). A sim demo's idle arm settles the same way every episode, and ACT "
+        "learns to read the time off it; noise of a few mrad hides that clock",
+    )
     episodes: list[int] | None = setting(None, help="dataset episodes to train on (default: all)")
     successful_only: bool = setting(
         False,

@@ -30,6 +30,10 @@ from embodied_gym.policies.act.configuration import ACTTrainConfig
 from embodied_gym.policies.act.data import load_training_frames, select_cameras
 from embodied_gym.policies.act.modeling import make_act_policy
 from embodied_gym.progress import progress_bar, report
+from embodied_gym.sim.robot import GRIPPER_INDICES
+
+#: 1 on the 12 arm joints of observation.state, 0 on the 2 grippers (``state_noise`` perturbs the arms only).
+ARM_JOINT_MASK = torch.ones(14).index_fill_(0, torch.as_tensor(GRIPPER_INDICES), 0.0)
 
 
 # ----------------------------------------------------------------------------- training
@@ -190,7 +194,9 @@ def _train_step(run: ACTRun) -> dict:
     for group in run.optimizer.param_groups:  # the schedule is a function of the step, so resuming needs no state
         group["lr"] = preset.lr_at(run.step)
     idx = torch.randint(len(run.frames), (preset.batch_size,), generator=run.generator)
-    batch = run.pre(run.frames.batch(idx))
+    raw = run.frames.batch(idx)
+    raw[F.STATE] = perturb_arm_state(raw[F.STATE], run.cfg.state_noise, run.generator)
+    batch = run.pre(raw)
     loss, parts = run.policy.forward(batch)
     run.optimizer.zero_grad()
     loss.backward()
@@ -200,6 +206,15 @@ def _train_step(run: ACTRun) -> dict:
     run.loss_value = float(loss.item())
     run.running.append(run.loss_value)
     return parts
+
+
+def perturb_arm_state(state: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    """``state`` (B, 14) with N(0, ``std``) noise on its 12 arm joints (the grippers as they are);
+    ``std`` 0 returns it unchanged. Drawn from the sampler's generator, so a resumed run continues
+    the same noise stream."""
+    if not std:
+        return state
+    return state + std * ARM_JOINT_MASK * torch.randn(state.shape, generator=generator)
 
 
 def _log_step(run: ACTRun, parts: dict, elapsed: float) -> dict:

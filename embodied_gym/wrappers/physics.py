@@ -1,0 +1,79 @@
+"""``PhysicsRandomizationWrapper``: each episode of a sim env under arm physics drawn around a base.
+
+A calibration is never exact; drawing the arm's gain, damping, dry friction and armature per episode
+around the calibrated values, the domain randomisation of Tobin et al. (arXiv 1703.06907) and Peng et
+al. (arXiv 1710.06537) applied to dynamics, lets demonstrations or RL rollouts cover the arms the
+calibration cannot tell apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from embodied_gym.envs.aloha_env import AlohaTaskEnv
+from embodied_gym.sim.physics import PhysicsParams
+
+RANDOMIZED_FIELDS: tuple[str, ...] = ("kp", "damping", "frictionloss", "armature")
+"""The per-joint arm parameters the wrapper draws (gripper, object and delay stay at the base)."""
+
+_SEED_SALT = 0x50485953  # keeps the physics draw apart from the scene's draw of the same seed
+
+
+def randomized_physics(
+    base: PhysicsParams, spread: float, rng: np.random.Generator, fields: tuple[str, ...] = RANDOMIZED_FIELDS
+) -> PhysicsParams:
+    """``base`` with each arm joint's ``fields`` scaled by ``exp(u)``, ``u ~ U(-spread, spread)``
+    drawn per joint and field (a parameter at zero stays zero)."""
+
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"physics spread {spread!r} must be in [0, 1] (a log-scale half-width: 0.2 is about ±20 %)")
+    updates: dict[str, Any] = {}
+    for name in fields:
+        values = np.asarray(getattr(base, name), dtype=np.float64)
+        updates[name] = tuple(float(v) for v in values * np.exp(rng.uniform(-spread, spread, values.shape)))
+    return dataclasses.replace(base, **updates)
+
+
+class PhysicsRandomizationWrapper(gym.Wrapper):
+    """A sim task env whose arm physics is redrawn at every reset (see the module docstring).
+
+    Arguments: ``spread``, the log-scale half-width of the draw (0.2: each parameter between
+    0.82x and 1.22x its base value); ``base``, the physics to draw around (default: the env's
+    physics when wrapped, e.g. a calibration result). The draw follows from the reset seed, so an
+    episode reset with the same seed runs under the same physics; ``info["physics_scale"]`` holds
+    each field's 12 factors. Observation and action spaces are the env's.
+    """
+
+    def __init__(self, env: gym.Env, spread: float, base: PhysicsParams | None = None):
+        super().__init__(env)
+        if not isinstance(env.unwrapped, AlohaTaskEnv):
+            raise ValueError(
+                f"physics randomisation applies to embodied-gym sim envs only, got {type(env.unwrapped).__name__} "
+                "(a robot's physics is what it is)"
+            )
+        self._sim_env: AlohaTaskEnv = env.unwrapped
+        randomized_physics(PhysicsParams(), spread, np.random.default_rng(0))  # validates spread
+        self.spread = float(spread)
+        self.base = base if base is not None else self._sim_env.physics
+        self._rng = np.random.default_rng()
+
+    def reset(self, *, seed: int | None = None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng([seed, _SEED_SALT])
+        physics = randomized_physics(self.base, self.spread, self._rng)
+        self._sim_env.set_physics(physics)
+        obs, info = self.env.reset(seed=seed, options=options)
+        info["physics_scale"] = {
+            name: (np.asarray(getattr(physics, name)) / np.maximum(np.asarray(getattr(self.base, name)), 1e-12))
+            .round(4)
+            .tolist()
+            for name in RANDOMIZED_FIELDS
+        }
+        return obs, info
+
+
+__all__ = ["RANDOMIZED_FIELDS", "PhysicsRandomizationWrapper", "randomized_physics"]
