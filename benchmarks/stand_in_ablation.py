@@ -77,6 +77,7 @@ def trace_episode(policy: str, env_id: str, seed: int, robot_config: str, estima
     try:
         agent.reset()
         obs, info = env.reset(seed=seed)
+        np.set_printoptions(precision=4, suppress=True, linewidth=200)
         print(f"--- {name}, seed {seed}: step, TCP z left/right (cm), joint readings left | right, command - reading")
         for t in range(10_000):
             action = agent(obs, info)
@@ -84,7 +85,6 @@ def trace_episode(policy: str, env_id: str, seed: int, robot_config: str, estima
             obs, _, terminated, truncated, info = env.step(action)
             if t % 10 == 0 or terminated or truncated:
                 z = np.asarray(info["tcp_poses"])[:, 2] * 100
-                np.set_printoptions(precision=4, suppress=True, linewidth=200)
                 print(f"{t:4d} z {z[0]:5.1f} / {z[1]:5.1f}  q {q[:7]} | {q[7:]}  a-q {np.asarray(action) - q}")
             if terminated or truncated:
                 print(f"--- {name}: {'success' if info.get('is_success') else 'failure'} after {t + 1} steps")
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "--trace",
         action="store_true",
         help="instead of evaluating, print one episode (reset --seed) step by step in each variant: both arms' "
-        "TCP heights, the right arm's gripper and every joint reading each 10th step",
+        "TCP heights, every joint reading and the command minus it, each 10th step",
     )
     args = p.parse_args(argv)
 

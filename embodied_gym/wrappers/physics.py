@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from embodied_gym.envs.aloha_env import AlohaTaskEnv
-from embodied_gym.sim.physics import PhysicsParams
+from embodied_gym.sim.physics import ARM_JOINT_NAMES, PhysicsParams
 
 RANDOMIZED_FIELDS: tuple[str, ...] = ("kp", "damping", "frictionloss", "armature")
 """The per-joint arm parameters the wrapper draws (gripper, object and delay stay at the base)."""
@@ -23,19 +23,31 @@ RANDOMIZED_FIELDS: tuple[str, ...] = ("kp", "damping", "frictionloss", "armature
 _SEED_SALT = 0x50485953  # keeps the physics draw apart from the scene's draw of the same seed
 
 
+def _check_spread(spread: float) -> float:
+    if not 0.0 <= spread <= 1.0:
+        raise ValueError(f"physics spread {spread!r} must be in [0, 1] (a log-scale half-width: 0.2 is about ±20 %)")
+    return float(spread)
+
+
+def _draw_scales(spread: float, rng: np.random.Generator, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Per field, 12 factors ``exp(u)``, ``u ~ U(-spread, spread)``."""
+    return {name: np.exp(rng.uniform(-spread, spread, len(ARM_JOINT_NAMES))) for name in fields}
+
+
+def _scaled(base: PhysicsParams, scales: dict[str, np.ndarray]) -> PhysicsParams:
+    updates: dict[str, Any] = {
+        name: tuple(float(v) for v in np.asarray(getattr(base, name), dtype=np.float64) * k)
+        for name, k in scales.items()
+    }
+    return dataclasses.replace(base, **updates)
+
+
 def randomized_physics(
     base: PhysicsParams, spread: float, rng: np.random.Generator, fields: tuple[str, ...] = RANDOMIZED_FIELDS
 ) -> PhysicsParams:
     """``base`` with each arm joint's ``fields`` scaled by ``exp(u)``, ``u ~ U(-spread, spread)``
     drawn per joint and field (a parameter at zero stays zero)."""
-
-    if not 0.0 <= spread <= 1.0:
-        raise ValueError(f"physics spread {spread!r} must be in [0, 1] (a log-scale half-width: 0.2 is about ±20 %)")
-    updates: dict[str, Any] = {}
-    for name in fields:
-        values = np.asarray(getattr(base, name), dtype=np.float64)
-        updates[name] = tuple(float(v) for v in values * np.exp(rng.uniform(-spread, spread, values.shape)))
-    return dataclasses.replace(base, **updates)
+    return _scaled(base, _draw_scales(_check_spread(spread), rng, fields))
 
 
 class PhysicsRandomizationWrapper(gym.Wrapper):
@@ -56,23 +68,17 @@ class PhysicsRandomizationWrapper(gym.Wrapper):
                 "(a robot's physics is what it is)"
             )
         self._sim_env: AlohaTaskEnv = env.unwrapped
-        randomized_physics(PhysicsParams(), spread, np.random.default_rng(0))  # validates spread
-        self.spread = float(spread)
+        self.spread = _check_spread(spread)
         self.base = base if base is not None else self._sim_env.physics
         self._rng = np.random.default_rng()
 
     def reset(self, *, seed: int | None = None, options=None):
         if seed is not None:
             self._rng = np.random.default_rng([seed, _SEED_SALT])
-        physics = randomized_physics(self.base, self.spread, self._rng)
-        self._sim_env.set_physics(physics)
+        scales = _draw_scales(self.spread, self._rng, RANDOMIZED_FIELDS)
+        self._sim_env.set_physics(_scaled(self.base, scales))
         obs, info = self.env.reset(seed=seed, options=options)
-        info["physics_scale"] = {
-            name: (np.asarray(getattr(physics, name)) / np.maximum(np.asarray(getattr(self.base, name)), 1e-12))
-            .round(4)
-            .tolist()
-            for name in RANDOMIZED_FIELDS
-        }
+        info["physics_scale"] = {name: k.round(4).tolist() for name, k in scales.items()}
         return obs, info
 
 
