@@ -106,14 +106,24 @@ def _command_name(args) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Ctrl-C ends it with one line saying what was kept (exit 130); a user error
     (:mod:`embodied_gym.errors`) with one ``error:`` line (exit 2); a bug with its traceback."""
+    from embodied_gym.commands.devices import PREFIXES, device_args
     from embodied_gym.errors import is_user_error, user_message
 
     _quiet_progress()
+    devices, argv = device_args(list(sys.argv[1:] if argv is None else argv), tuple(PREFIXES))
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
     except KeyboardInterrupt:
         print("embodied-gym: interrupted before the command started; nothing was written", file=sys.stderr)
         return 130
+    # LeRobot's device flags (--robot.type=..., --teleop.type=...), for the commands that drive a robot
+    kinds = getattr(args._command, "LEROBOT_DEVICES", ())
+    refused = [a for a in devices if not a.startswith(tuple(PREFIXES[k] for k in kinds))]
+    if refused:
+        takes = f"it takes only {', '.join(PREFIXES[k] + '*' for k in kinds)}" if kinds else "it drives no robot"
+        parser.error(f"{_command_name(args)} does not take {refused[0].split('=')[0]} ({takes})")
+    args.lerobot_devices = devices
     name = _command_name(args)
     t0 = time.time()
     try:

@@ -28,10 +28,17 @@ def _gym_kwargs(
         kw["physics"] = physics
     if real:
         kw["realtime"] = realtime
-        if robot_config:
+        if robot_config is not None and not isinstance(robot_config, (str, os.PathLike)):
+            kw["robot"] = robot_config  # a LeRobot RobotConfig (--robot.type=...)
+        elif robot_config:
             kw["robot_config"] = str(robot_config)
     elif robot_config:
-        raise ValueError(f"--robot-config only applies to -Real- env ids, not {env_id}")
+        raise ValueError(f"--robot-config / --robot.type only apply to -Real- env ids, not {env_id}")
+    elif kw.get("joint_map") or kw.get("camera_map"):
+        raise ValueError(f"--joint-map / --camera-map map a robot's names; {env_id} is a sim id")
+    else:
+        kw.pop("joint_map", None)
+        kw.pop("camera_map", None)
     return kw
 
 
@@ -101,7 +108,7 @@ def _with_pose_entry(env: gym.Env, pose_estimator, source, ground_truth: bool, p
 def make_env(
     env_id: str,
     *,
-    robot_config: str | os.PathLike | None = None,
+    robot_config: str | os.PathLike | Any = None,
     physics=None,
     physics_spread: float = 0.0,
     visaligner: str | os.PathLike | None = None,
@@ -116,7 +123,8 @@ def make_env(
 
     Args:
         env_id: a registered ``EmbodieDreamer-...`` id (sim or ``-Real-``).
-        robot_config: stand-in robot config for ``-Real-`` ids.
+        robot_config: for ``-Real-`` ids: a stand-in robot config file, or any LeRobot ``RobotConfig``
+            (the robot is made from it with LeRobot's ``make_robot_from_config``).
         physics: physics for sim ids (a calibration result JSON, a dict, a ``PhysicsParams``).
         physics_spread: sim ids: redraw the arm physics around ``physics`` at every reset, each
             parameter scaled by ``exp(U(-spread, spread))``

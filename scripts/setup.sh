@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.12) with the pinned stack; install system libraries when root.
-# Idempotent: a stamp of pyproject.toml + constraints.txt skips pip when nothing changed.
+# Idempotent: a stamp of pyproject.toml + constraints.txt (+ the plugin's) skips pip when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,7 +62,7 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 
 stamp=.venv/.embodied-gym-installed
-want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt plugins/*/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
   say "environment up to date (.venv)"
 else
@@ -70,5 +70,8 @@ else
   .venv/bin/python -m pip install -q --upgrade pip
   # A machine-wide pip constraint (e.g. /etc/xdg/pip) must not fight our pins: ours are exact.
   PIP_CONSTRAINT= .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
+  # LeRobot finds third-party robots, teleoperators and envs only in installed distributions named
+  # lerobot_robot_* (see plugins/): this one makes lerobot-record & co. see embodied-gym's.
+  PIP_CONSTRAINT= .venv/bin/python -m pip install -q --no-deps -e ./plugins/lerobot_robot_embodied_gym
   echo "$want" > "$stamp"
 fi

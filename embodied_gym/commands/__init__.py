@@ -1,13 +1,15 @@
 """The ``embodied-gym`` commands, one module each, in the order of the pipeline.
 
-    record -> replay -> calibrate -> visaligner train -> visaligner render / generate
+    record (or import) -> replay -> calibrate -> visaligner train -> visaligner render / generate
            -> perception frames -> perception train -> perception offset (perception eval)
            -> train act -> train tpo -> eval -> sim2real   (and: experts, demo: the whole loop)
 
 Each module is a thin command line over one library function and declares ``NAME`` (and
 ``GROUP`` for two-word commands such as ``train act``), ``HELP``, ``add_arguments(parser)``,
 ``run(args) -> exit status`` and ``interrupted(args)``: what a Ctrl-C kept and how to go on.
-``add_arguments`` runs only when its command is used (:mod:`embodied_gym.cli`), so it, not the
+A command that drives a robot sets ``LEROBOT_DEVICES = ("robot", ...)``: the CLI then hands it LeRobot's
+device flags (``--robot.type=...``, ``--teleop.type=...``) as ``args.lerobot_devices``, which
+:mod:`embodied_gym.commands.devices` parses. ``add_arguments`` runs only when its command is used (:mod:`embodied_gym.cli`), so it, not the
 module, imports the command's config: ``embodied-gym --help`` imports none of them (no torch).
 A command whose flags' help depends on its own arguments (``demo``: the chosen profile's values)
 sets ``ARGUMENTS_READ_ARGV = True`` and takes ``add_arguments(parser, argv=...)``.
@@ -19,6 +21,7 @@ from embodied_gym.commands import (
     evaluate,
     experts,
     generate,
+    import_dataset,
     perception_eval,
     perception_frames,
     perception_offset,
@@ -35,6 +38,7 @@ from embodied_gym.commands import (
 #: Every command, in pipeline order (the order of ``embodied-gym --help``).
 COMMANDS = (
     record,
+    import_dataset,
     replay,
     calibrate,
     visaligner_train,

@@ -7,7 +7,7 @@ import os
 from embodied_gym import configs
 
 NAME = "demo"
-HELP = "the whole Real2Sim2Real loop on the stand-in robot, with an HTML report"
+HELP = "the whole Real2Sim2Real loop on the stand-in robot (or from your LeRobot demonstrations), with an HTML report"
 
 
 # Paths and ids each stage gets from the stage before it, not from the user.
@@ -38,6 +38,8 @@ _DEMO_FILLS = frozenset(
 
 #: ``add_arguments`` reads the command's own arguments: the help shows the chosen profile's values.
 ARGUMENTS_READ_ARGV = True
+#: ``--robot.type=embodied_gym_stand_in --robot.config_path=FILE``, as LeRobot's scripts spell the robot
+LEROBOT_DEVICES = ("robot",)
 
 
 def chosen_profile(argv) -> tuple[str, str | None]:
@@ -87,6 +89,13 @@ def add_arguments(p, argv=()) -> None:
         help="another run folder whose finished stages with the same settings and inputs are used in place "
         "(e.g. a run that differs only in act.seed shares perception, recording, calibration and data)",
     )
+    p.add_argument(
+        "--demos",
+        metavar="DATASET",
+        help="start from demonstrations recorded with LeRobot's tools (lerobot-record) instead of recording the "
+        "scripted expert: the record stage imports them (same as --record.demos; one task: --tasks T; "
+        "--record.joint-map / --record.camera-map where the names differ; docs/your_robot.md)",
+    )
     p.add_argument("--name", help="run name: output in RUNS/NAME (default: the profile's name)")
     p.add_argument("--runs", default="runs", help="folder of runs (default runs/)")
     # Every setting of the profile, e.g. --tasks PickCup --act.steps 800 --calibrate.method physaligner
@@ -100,6 +109,24 @@ def add_arguments(p, argv=()) -> None:
     configs.add_arguments(settings, type(cfg), skip=_DEMO_FILLS, defaults=cfg, defaults_from=source)
 
 
+def _stand_in_config(args) -> str:
+    """The stand-in config file that ``--robot.type=embodied_gym_stand_in`` names (the demo's evaluation needs a
+    robot that sets its own table: the stand-in)."""
+    from embodied_gym.commands.devices import is_stand_in, parse_devices
+    from embodied_gym.robots import robot_config_file
+
+    robot = parse_devices(args.lerobot_devices)["robot"]
+    if not is_stand_in(robot):
+        raise ValueError(
+            f"the demo evaluates its policies on a robot that sets its own table (--robot.type=embodied_gym_stand_in); "
+            f"with a {robot.type}: start the loop from its demonstrations (--demos DATASET) and evaluate the trained "
+            f"policies on it with `embodied-gym eval --robot.type={robot.type} ...` (docs/your_robot.md)"
+        )
+    if getattr(args, "robot_config", None):  # a profile setting: absent from args unless given
+        raise ValueError("give the robot once: --robot-config FILE or --robot.type=embodied_gym_stand_in, not both")
+    return robot_config_file(robot)
+
+
 def _run_dir(args) -> str:
     return os.path.join(args.runs, args.name or ("full" if args.full else args.profile))
 
@@ -111,6 +138,10 @@ def run(args) -> int:
 
     cfg = load_config("full" if args.full else args.profile, args.config)
     configs.merge(cfg, configs.given(args, DemoConfig), "command line")
+    if args.demos:
+        cfg.record.demos = args.demos
+    if args.lerobot_devices:
+        cfg.robot_config = _stand_in_config(args)
     check_config(cfg)
     run_dir = _run_dir(args)
     summary = run_demo(cfg, run_dir, rerun_from=getattr(args, "from"), reuse=tuple(args.reuse))

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 NAME = "eval"
-HELP = "evaluate a policy: success with a Wilson 95 %% interval, returns, lengths"
+HELP = "evaluate a policy: success with a Wilson 95 %% interval, returns, lengths (sim, stand-in or any LeRobot robot)"
+#: LeRobot's robot flags, as lerobot-record takes them: --robot.type=... --robot.port=...
+LEROBOT_DEVICES = ("robot",)
 
 
 def add_arguments(p) -> None:
@@ -15,7 +18,31 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
     p.add_argument("--visaligner", help="VisAligner model folder: wrap the sim env's cameras")
     p.add_argument("--physics", help="physics JSON for sim ids (e.g. a calibration result)")
-    p.add_argument("--robot-config", help="stand-in robot config for -Real- ids")
+    p.add_argument(
+        "--robot-config",
+        help="stand-in robot config for -Real- ids; any LeRobot robot instead: --robot.type=NAME --robot.FIELD=VALUE",
+    )
+    p.add_argument(
+        "--joint-map", nargs="*", metavar="JOINT=MOTOR", help="-Real- ids: our joint -> the robot's motor name"
+    )
+    p.add_argument(
+        "--camera-map", nargs="*", metavar="CAMERA=KEY", help="-Real- ids: our camera -> the robot's camera key"
+    )
+    p.add_argument(
+        "--dry-run",
+        metavar="DATASET",
+        help="-Real- ids: first replay episode 0 of this dataset (an embodied-gym dataset, e.g. `embodied-gym "
+        "import`'s) on the robot at --dry-run-speed, then evaluate: a check of the joint map, units and limits",
+    )
+    p.add_argument(
+        "--dry-run-speed", type=float, default=0.25, help="fraction of the recorded rate the dry run plays at"
+    )
+    p.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="on a robot that cannot set its own table (not the stand-in): start each episode without asking the "
+        "operator to set the objects and press Enter",
+    )
     p.add_argument("--out", help="JSON file: success_rate, ci95, episodes, per-episode results")
     p.add_argument("--videos", help="folder for videos of the first 3 episodes")
     p.add_argument("--temporal-ensemble", type=float, metavar="COEFF", help="ACT: temporal ensembling at inference")
@@ -103,6 +130,29 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
 
+    from embodied_gym.commands.devices import ask_operator, is_stand_in, parse_devices
+    from embodied_gym.commands.record import _name_map
+
+    robot = parse_devices(args.lerobot_devices)["robot"] if args.lerobot_devices else None
+    if robot is not None and args.robot_config:
+        raise ValueError("give the robot once: --robot-config FILE (the stand-in) or --robot.type=NAME, not both")
+    env_extra: dict[str, Any] = {}
+    for flag, key, items in (
+        ("--joint-map", "joint_map", args.joint_map),
+        ("--camera-map", "camera_map", args.camera_map),
+    ):
+        if items:
+            env_extra[key] = _name_map(flag, items)
+    if robot is not None and not is_stand_in(robot):
+        if args.workers != 1:
+            raise ValueError(f"one {robot.type} robot runs one episode at a time: drop --workers")
+        if args.policy == "expert":
+            raise ValueError(f"the scripted expert reads object poses a {robot.type} robot does not give")
+        env_extra["realtime"] = True  # hardware keeps time
+        if not args.no_confirm:  # the operator sets the table before each episode (Enter; q stops)
+            env_extra["reset_fn"] = ask_operator
+    if args.dry_run:
+        _dry_run(args, robot, env_extra)
     r = evaluate_policy(
         args.policy,
         args.env,
@@ -110,7 +160,8 @@ def run(args) -> int:
         args.seed,
         visaligner=args.visaligner,
         physics=args.physics,
-        robot_config=args.robot_config,
+        robot_config=robot if robot is not None else args.robot_config,
+        env_kwargs=env_extra,
         out=args.out,
         videos=args.videos,
         temporal_ensemble_coeff=args.temporal_ensemble,
@@ -134,6 +185,28 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in r.to_json().items() if k != "per_episode"}))
     return 0
+
+
+def _dry_run(args, robot, env_extra: dict) -> None:
+    """Replay a recorded episode on the robot, slowly, before any policy moves it (then disconnect)."""
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.data.replay import replay_on_robot
+    from embodied_gym.factory import make_env
+
+    if "-Real-" not in args.env:
+        raise ValueError(f"--dry-run replays on a robot; {args.env} is a sim id")
+    episode = open_dataset(args.dry_run).episodes([0])[0]
+    env = make_env(
+        args.env,
+        robot_config=robot if robot is not None else args.robot_config,
+        obs_type="state",
+        **{"realtime": True, **env_extra},
+    )
+    try:
+        steps = replay_on_robot(env, episode.action, speed=args.dry_run_speed, seed=args.seed)
+    finally:
+        env.close()
+    print(f"dry run: episode 0 of {args.dry_run} replayed at {args.dry_run_speed:g}x ({steps} control steps)")
 
 
 def interrupted(args) -> str:

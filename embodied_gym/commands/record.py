@@ -5,7 +5,12 @@ the scripted expert's episodes are rolled out by ``--workers`` processes,
 from __future__ import annotations
 
 NAME = "record"
-HELP = "record episodes of a policy (the scripted expert by default) into a local LeRobotDataset v3.0"
+HELP = (
+    "record episodes of a policy (the scripted expert by default) or a teleoperator into a local LeRobotDataset "
+    "v3.0, on the sim, the stand-in or any LeRobot robot"
+)
+#: LeRobot's device flags, as lerobot-record takes them: --robot.type=... --teleop.type=...
+LEROBOT_DEVICES = ("robot", "teleop")
 
 
 def add_arguments(p) -> None:
@@ -13,7 +18,12 @@ def add_arguments(p) -> None:
     from embodied_gym.data.writer import DEFAULT_CRF
 
     p.add_argument("--env", required=True, help="env id, e.g. EmbodieDreamer-PickCup-Real-v0")
-    p.add_argument("--policy", default="expert", help="'expert' (the scripted expert), an ACT folder or an SB3 .zip")
+    p.add_argument(
+        "--policy",
+        default="expert",
+        help="'expert' (the scripted expert), an ACT folder or an SB3 .zip; a teleoperator instead: "
+        "--teleop.type=NAME --teleop.FIELD=VALUE ... (any LeRobot teleoperator)",
+    )
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--out", required=True, help="dataset folder")
     p.add_argument("--resume", action="store_true", help="add episodes to an existing dataset")
@@ -25,7 +35,20 @@ def add_arguments(p) -> None:
         help="cameras whose videos are stored (default cam_high); 'none' for no video",
     )
     p.add_argument("--image-size", nargs=2, type=int, default=[240, 320], metavar=("H", "W"))
-    p.add_argument("--robot-config", help="stand-in robot config (YAML/JSON) for -Real- ids")
+    p.add_argument(
+        "--robot-config",
+        help="stand-in robot config (YAML/JSON) for -Real- ids; any LeRobot robot instead: --robot.type=NAME "
+        "--robot.FIELD=VALUE ... as lerobot-record takes them (the stand-in: --robot.type=embodied_gym_stand_in)",
+    )
+    p.add_argument(
+        "--joint-map",
+        nargs="*",
+        metavar="JOINT=MOTOR",
+        help="-Real- ids: our joint (left_waist ... right_gripper) -> the robot's (and teleoperator's) motor name",
+    )
+    p.add_argument(
+        "--camera-map", nargs="*", metavar="CAMERA=KEY", help="-Real- ids: our camera -> the robot's camera key"
+    )
     p.add_argument("--realtime", action="store_true", help="hold 50 Hz on Real ids (default: as fast as possible)")
     p.add_argument(
         "--pose-estimator",
@@ -84,13 +107,52 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
+def _name_map(flag: str, items) -> dict[str, str]:
     from embodied_gym.errors import UserInputError
 
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UserInputError(f"{flag}: {item!r} is not NAME=VALUE")
+        out[key] = value
+    return out
+
+
+def _devices(args):
+    """The LeRobot robot and teleoperator configs of ``--robot.*`` / ``--teleop.*`` (None where not given)."""
+    from embodied_gym.commands.devices import is_stand_in, parse_devices
+    from embodied_gym.errors import UserInputError
+
+    devices = parse_devices(args.lerobot_devices) if args.lerobot_devices else {"robot": None, "teleop": None}
+    robot, teleop = devices["robot"], devices["teleop"]
+    if robot is not None and args.robot_config:
+        raise UserInputError("give the robot once: --robot-config FILE (the stand-in) or --robot.type=NAME, not both")
+    if robot is not None and "-Real-" not in args.env:
+        raise UserInputError(f"--robot.type drives a robot; {args.env} is a sim id (use the -Real- id)")
+    if teleop is not None and args.policy != "expert":
+        raise UserInputError(f"give one source of actions: --policy {args.policy} or --teleop.type, not both")
+    if teleop is None and args.policy == "expert" and robot is not None and not is_stand_in(robot):
+        raise UserInputError(
+            f"the scripted expert reads object poses a {robot.type} robot does not give: record its demonstrations "
+            f"with a teleoperator (--teleop.type=..., or LeRobot's lerobot-record; docs/your_robot.md)"
+        )
+    return robot, teleop
+
+
+def run(args) -> int:
+    from embodied_gym.commands.devices import is_stand_in
+    from embodied_gym.errors import UserInputError
+
+    robot, teleop = _devices(args)
+    joint_map = _name_map("--joint-map", args.joint_map)
+    camera_map = _name_map("--camera-map", args.camera_map)
     cameras = () if [c.lower() for c in args.cameras] == ["none"] else tuple(args.cameras)
+    on_hardware = robot is not None and not is_stand_in(robot)
     env_kwargs = dict(
-        robot_config=args.robot_config,
-        realtime=args.realtime,
+        robot_config=robot if robot is not None else args.robot_config,
+        # hardware and people keep time: a real robot (or a teleoperated run) is recorded at the 50 Hz rate
+        realtime=args.realtime or on_hardware or teleop is not None,
         obs_type="pixels_state" if cameras else "state",
         cameras=cameras,
         image_size=tuple(args.image_size),
@@ -107,8 +169,16 @@ def run(args) -> int:
         if not args.pose_estimator:
             raise UserInputError(f"--pose-update {args.pose_update} needs --pose-estimator DIR")
         env_kwargs["pose_update"] = args.pose_update
+    if joint_map:
+        env_kwargs["joint_map"] = joint_map
+    if camera_map:
+        env_kwargs["camera_map"] = camera_map
     if args.workers is not None and args.workers < 1:
         raise UserInputError(f"--workers must be at least 1 (1 records in this process), got {args.workers}")
+    if teleop is not None or on_hardware:  # one robot, one operator: this process
+        if args.workers not in (None, 1) or args.backend != "local":
+            raise UserInputError("a robot or a teleoperator is recorded in this process: drop --workers and --backend")
+        args.workers = 1
     options = dict(
         seed=args.seed,
         resume=args.resume,
@@ -117,7 +187,23 @@ def run(args) -> int:
         crf=args.crf,
         cameras=cameras,
     )
-    if args.policy == "expert":
+    if teleop is not None:
+        from lerobot.teleoperators.utils import make_teleoperator_from_config
+
+        from embodied_gym.factory import make_env
+        from embodied_gym.policies.agents import TeleopAgent
+        from embodied_gym.recording.episodes import record
+
+        env = make_env(args.env, **env_kwargs)
+        device = make_teleoperator_from_config(teleop)
+        try:
+            device.connect()
+            summary = record(env, TeleopAgent(device, joint_map), args.out, args.episodes, env_id=args.env, **options)
+        finally:
+            if device.is_connected:
+                device.disconnect()
+            env.close()
+    elif args.policy == "expert":
         from embodied_gym.recording.parallel import record_expert_demos
 
         workers = args.workers or (1 if args.realtime else None)

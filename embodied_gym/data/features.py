@@ -46,20 +46,21 @@ def camera_of(key: str) -> str:
     return key[len(IMAGES) + 1 :]
 
 
-def dataset_features(cameras, image_size, env_state_names=None) -> dict:
+def dataset_features(cameras, image_size, env_state_names=None, outcomes: bool = True) -> dict:
     """Features: joint state, velocity, both TCP poses, joint-target action, reward/success/done
-    flags, one video per camera, and ``observation.environment_state`` (float32, one entry per
-    name) when ``env_state_names`` is given."""
+    flags (``outcomes``; an imported teleoperated recording has none to give), one video per camera,
+    and ``observation.environment_state`` (float32, one entry per name) when ``env_state_names`` is given."""
     names = list(JOINT_NAMES)
-    feats = {
+    feats: dict[str, dict] = {
         STATE: {"dtype": "float32", "shape": (14,), "names": names},
         VELOCITY: {"dtype": "float32", "shape": (14,), "names": names},
         EE_POSE: {"dtype": "float32", "shape": (14,), "names": EE_POSE_NAMES},
         ACTION: {"dtype": "float32", "shape": (14,), "names": names},
-        REWARD: {"dtype": "float32", "shape": (1,), "names": None},
-        SUCCESS: {"dtype": "bool", "shape": (1,), "names": None},
-        DONE: {"dtype": "bool", "shape": (1,), "names": None},
     }
+    if outcomes:
+        feats[REWARD] = {"dtype": "float32", "shape": (1,), "names": None}
+        feats[SUCCESS] = {"dtype": "bool", "shape": (1,), "names": None}
+        feats[DONE] = {"dtype": "bool", "shape": (1,), "names": None}
     if env_state_names:
         names_e = [str(n) for n in env_state_names]
         feats[ENV_STATE] = {"dtype": "float32", "shape": (len(names_e),), "names": names_e}

@@ -198,10 +198,15 @@ class RecordedDataset:
         """Raise :class:`DatasetError` naming the missing ones of feature ``keys`` and ``purpose``."""
         missing = [k for k in keys if k not in self.features]
         if missing:
-            raise DatasetError(
-                f"dataset {self.root} lacks the feature(s) {missing} that {purpose} needs; record it "
-                f"with `embodied-gym record`"
-            )
+            if not self.rows() and STATE in self.features and ACTION in self.features:
+                # recorded with LeRobot's tools (no sidecar, its own feature names): the import maps it
+                fix = (
+                    f"it looks recorded with LeRobot's tools: import it first with `embodied-gym import "
+                    f"--source {self.root} --out DIR --task T` (docs/your_robot.md) and pass DIR"
+                )
+            else:
+                fix = "record it with `embodied-gym record`"
+            raise DatasetError(f"dataset {self.root} lacks the feature(s) {missing} that {purpose} needs; {fix}")
 
     def check_episodes(self, episodes: list[int] | None) -> list[int]:
         """``episodes`` (all by default) checked against the dataset, as a list of ints.

@@ -9,6 +9,7 @@ arcsin(‖R_sim − R_real‖_F / (2√2)) (rad), per step and averaged.
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 
@@ -151,3 +152,30 @@ def replay_dataset(
     atomic.write_json(os.path.join(out, "replay.json"), summary)
     plot_replay(results[:plot_episodes], os.path.join(out, "replay.png"))
     return summary
+
+
+def replay_on_robot(env, actions: np.ndarray, speed: float = 0.25, seed: int | None = None) -> int:
+    """Play recorded joint targets ``actions`` (T, 14) on a ``-Real-`` env's robot at ``speed`` of the recorded
+    rate: each recorded step is spread over ``round(1 / speed)`` control steps, moving linearly between the
+    targets, through the env's clipping and rate limit. A first run on hardware: it shows that the joint
+    map, the units and the limits are right before a policy moves the arms. Returns the control steps sent.
+
+    Raises:
+        ValueError: ``speed`` outside (0, 1], or ``actions`` not (T >= 2, 14), or an env not in
+            ``joint_pos`` control.
+    """
+    if not 0 < speed <= 1:
+        raise ValueError(f"speed must be in (0, 1] (a fraction of the recorded rate), got {speed}")
+    actions = np.asarray(actions, dtype=np.float64)
+    if actions.ndim != 2 or actions.shape[1] != 14 or len(actions) < 2:
+        raise ValueError(f"actions must be (T >= 2, 14) joint targets, got shape {actions.shape}")
+    if getattr(env.unwrapped, "control_mode", "joint_pos") != "joint_pos":
+        raise ValueError("replay_on_robot sends joint targets: make the env with control_mode='joint_pos'")
+    hold = max(1, round(1 / speed))
+    env.reset(seed=seed)
+    sent = 0
+    for a0, a1 in itertools.pairwise(actions):
+        for k in range(hold):
+            env.step((a0 + (a1 - a0) * k / hold).astype(np.float32))
+            sent += 1
+    return sent

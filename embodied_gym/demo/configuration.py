@@ -40,8 +40,25 @@ PROFILES = Path(__file__).with_name("profiles")
 
 @dataclass
 class RecordStageConfig:
-    """Stage ``record``: scripted-expert demonstrations on the stand-in robot."""
+    """Stage ``record``: scripted-expert demonstrations on the stand-in robot, or (``demos``) the import of
+    demonstrations recorded with LeRobot's own tools (:mod:`embodied_gym.recording.lerobot_import`)."""
 
+    demos: str | None = setting(
+        None,
+        metavar="DATASET",
+        help="start from this LeRobotDataset (recorded with lerobot-record, teleoperated) instead of recording "
+        "the scripted expert: it is imported (one task; its episodes, camera and fps are its own)",
+    )
+    joint_map: dict[str, str] = setting(
+        default_factory=dict,
+        metavar="JOINT=MOTOR",
+        help="with demos: our joint -> the dataset's motor name, for joints named differently",
+    )
+    camera_map: dict[str, str] = setting(
+        default_factory=dict,
+        metavar="CAMERA=DATASET_CAMERA",
+        help="with demos: our camera (record.camera) -> the dataset's camera name, when they differ",
+    )
     episodes: int = 50
     camera: str = "cam_high"
     image_size: tuple[int, int] = (64, 80)
@@ -287,12 +304,42 @@ def check_config(cfg: DemoConfig) -> None:
                     f"observation: pose_estimate has no pose estimator for task {t} ({e}); use "
                     f"observation: images for it"
                 ) from None
-    if cfg.robot_config and not Path(cfg.robot_config).is_file():
-        raise FileNotFoundError(
-            f"robot_config {cfg.robot_config}: no such file (give a robot config YAML, such "
-            f"as the ones in embodied_gym/robots/)"
-        )
+    if cfg.robot_config:
+        from embodied_gym.robots import check_robot_config
+
+        try:  # the whole file now, not when the record stage first connects to the robot
+            check_robot_config(cfg.robot_config)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"robot_config {cfg.robot_config}: no such file (give a stand-in config YAML, such "
+                f"as the ones in embodied_gym/robots/)"
+            ) from None
+        except ValueError as e:
+            raise ValueError(f"robot_config: {e}") from None
+    if cfg.record.demos:
+        _check_demos(cfg)
     _check_evaluate(cfg)
+
+
+def _check_demos(cfg: DemoConfig) -> None:
+    """``record.demos``: one task, and a dataset whose joints and camera the import can find."""
+    from embodied_gym.recording.lerobot_import import check_import
+
+    if len(cfg.tasks) != 1:
+        raise ValueError(
+            f"record.demos ({cfg.record.demos}) holds one task's demonstrations; pass that task alone "
+            f"(--tasks T), not {cfg.tasks}"
+        )
+    # the pose estimator reads the robot's frames at its training size (the given model's is checked at import)
+    frame_size = PoseEstimatorConfig(task=cfg.tasks[0]).frame_size if cfg.observation == "pose_estimate" else None
+    check_import(
+        str(cfg.record.demos),
+        cfg.record.joint_map,
+        cfg.record.camera,
+        cfg.record.camera_map,
+        need_frames=True,
+        frame_size=None if cfg.perception.model else frame_size,
+    )
 
 
 def _check_evaluate(cfg: DemoConfig) -> None:

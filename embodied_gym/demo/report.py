@@ -240,10 +240,16 @@ def _record_and_calibration_section(st: dict) -> list[str]:
     parts: list[str] = []
     parts.append("<h3>1-2. Stand-in demonstrations and physics calibration</h3>")
     rec = st["record"]["outputs"]
-    parts.append(
-        f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
-        f"({rec['expert_success']:.0%} successful).</p>"
-    )
+    if rec.get("imported_from"):
+        parts.append(
+            f"<p>{rec['episodes']} demonstrations imported from {html.escape(rec['imported_from'])} "
+            f"(recorded with LeRobot's tools).</p>"
+        )
+    else:
+        parts.append(
+            f"<p>{rec['episodes']} scripted-expert demonstrations on the stand-in "
+            f"({rec['expert_success']:.0%} successful).</p>"
+        )
     cal = st["calibrate"]["outputs"]
     parts.append(_calibration_table(cal["result"]))
     if Path(cal["paths_png"]).exists():

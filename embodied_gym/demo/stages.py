@@ -58,6 +58,7 @@ from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, s
 from embodied_gym.policies.tpo import train_tpo
 from embodied_gym.processes import cpu_count
 from embodied_gym.recording.aligned import generate_aligned_demos
+from embodied_gym.recording.lerobot_import import ImportConfig, import_lerobot_dataset
 from embodied_gym.recording.parallel import record_expert_demos
 from embodied_gym.visaligner.training import train as train_visaligner
 
@@ -222,8 +223,36 @@ def run_perception(p, ctx: StageContext) -> dict:
 
 
 def run_record(r, ctx: StageContext) -> dict:
-    """Scripted-expert demonstrations on the stand-in robot (the robot's own data)."""
+    """Scripted-expert demonstrations on the stand-in robot (the robot's own data), or the import of
+    ``record.demos``, demonstrations recorded with LeRobot's tools."""
 
+    estimator = ctx.inputs["perception"].get("model")
+    if r.demos:
+        summary = import_lerobot_dataset(
+            ImportConfig(
+                source=r.demos,
+                out=str(ctx.folder / "dataset"),
+                task=ctx.loop.task,
+                joint_map=dict(r.joint_map),
+                camera=r.camera,
+                camera_map=dict(r.camera_map),
+                # with an estimator, the frames it reads are its own size (as the record stage's env renders)
+                image_size=None if estimator is not None else tuple(r.image_size),
+                store_video=estimator is None,  # the policies read the estimate, as the record stage's
+                pose_estimator=estimator,
+                pose_update=ctx.loop.pose_update,
+                crf=r.crf,
+            )
+        )
+        return {
+            "dataset": summary.root,
+            "episodes": summary.episodes,
+            "expert_success": None,  # teleoperated: no scripted expert recorded these
+            "imported_from": str(r.demos),
+            "import_notes": summary.notes,
+            "camera": r.camera,
+            "image_size": list(r.image_size),
+        }
     return _record(
         embodied_gym.env_id(ctx.loop.task, real=True),
         ctx.folder / "dataset",
@@ -453,7 +482,10 @@ def run_evaluate(e, ctx: StageContext) -> dict:
     loop, seeds = ctx.loop, {}
     out: dict[str, Any] = {}
     if "expert" in e.policies and not e.expert:
-        out["expert"] = _expert_from_recording(ctx.inputs["record"])
+        if ctx.inputs["record"].get("expert_success") is not None:
+            out["expert"] = _expert_from_recording(ctx.inputs["record"])
+        else:  # imported teleoperated demonstrations: no scripted-expert bar (evaluate.expert: true runs it)
+            say(f"{loop.task}: no expert entry: the demonstrations were imported, not recorded by the scripted expert")
     for name, policy, where, estimator in evaluation_runs(e, ctx):
         say(f"{loop.task}: evaluating {name} on {_WHERE[where]} ({e.episodes} episodes)")
         on_robot = where == ROBOT

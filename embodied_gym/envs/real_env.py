@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cv2
+import gymnasium as gym
 import numpy as np
 
 from embodied_gym.envs import spaces as sp
@@ -126,6 +127,7 @@ class AlohaRealEnv(AlohaEnv):
         self._elapsed = 0
         self._reads = 0
         self._overruns = 0
+        self._episode_start = 0.0
         self._next_tick = 0.0
         self._closed = False
 
@@ -138,6 +140,12 @@ class AlohaRealEnv(AlohaEnv):
         if isinstance(robot, RobotConfig):
             from lerobot.robots.utils import make_robot_from_config
 
+            robot_task = getattr(robot, "task", None)  # a robot that sets a task's scene itself (the stand-in)
+            if robot_task is not None and robot_task != self.task.name:
+                raise ValueError(
+                    f"the robot config sets up task {robot_task!r} but the env runs {self.task.name}; pass "
+                    f"--robot.task={self.task.name}"
+                )
             return make_robot_from_config(robot)
         if robot is not None:
             raise TypeError(f"robot must be a lerobot Robot or RobotConfig, got {type(robot).__name__}")
@@ -261,7 +269,12 @@ class AlohaRealEnv(AlohaEnv):
             self._owns_connection = True
         if not self._checked:
             self._check_features()
+        self._report_overruns()
+        # what robots.stand_in.scene_seed_of(seed) computes, so a stand-in connected with episode_seed=seed
+        # (lerobot-record's) sets the same table
         scene_seed = int(self.np_random.integers(2**31 - 1))
+        if options and options.get("scene_seed") is not None:  # a given table (a twin of another stand-in)
+            scene_seed = int(options["scene_seed"])
         if hasattr(self.robot, "reset_scene"):
             self._call("reset_scene", self.robot.reset_scene, scene_seed)
             self._sent = layout.START_QPOS.copy()
@@ -281,8 +294,21 @@ class AlohaRealEnv(AlohaEnv):
         obs, _ = self._read()
         info = {"task": self.task.description, "step": 0, "scene_seed": scene_seed}
         info["is_success"], _ = self._status(obs, info)
-        self._next_tick = time.perf_counter() + CONTROL_DT
+        self._next_tick = self._episode_start = time.perf_counter()
+        self._next_tick += CONTROL_DT
         return obs, info
+
+    def _report_overruns(self) -> None:
+        """Once per episode (at the next reset, or close): how many steps overran the 50 Hz period, and
+        the rate achieved, so a slow robot, camera or policy is not a silent change of the control rate."""
+        if self.realtime and self._overruns and self._elapsed:
+            rate = self._elapsed / max(time.perf_counter() - self._episode_start, 1e-9)
+            gym.logger.warn(
+                f"{self._overruns} of {self._elapsed} steps of the last episode overran the {1 / CONTROL_DT:.0f} Hz "
+                f"control period (achieved {rate:.1f} Hz): the robot ran slower than the policy was trained at; "
+                f"check the policy's and the cameras' time per step"
+            )
+        self._overruns = 0
 
     def _tick(self, realtime: bool) -> bool:
         """Wait for the next control tick; True if this step overran it."""
@@ -335,6 +361,7 @@ class AlohaRealEnv(AlohaEnv):
     def close(self):
         if self._closed:
             return
+        self._report_overruns()
         self._closed = True
         if self._owns_connection:
             self._safe_disconnect()

@@ -385,4 +385,30 @@ class _ResettingAgent:
         return self.agent(obs, info)
 
 
-__all__ = ["ACTAgent", "EnvRequirements", "ExpertAgent", "SB3Agent", "load_agent", "make_agent"]
+class TeleopAgent:
+    """A LeRobot ``Teleoperator`` (a leader arm, a gamepad, embodied-gym's scripted operator) as an agent of a
+    ``-Real-`` env in ``joint_pos`` control: each call reads ``teleop.get_action()`` and returns its
+    ``<motor>.pos`` targets in our joint order (``joint_map``: our joint -> the teleoperator's motor name,
+    the env's own by default). At an episode start a teleoperator that can look at a new table
+    (``start_episode(scene_seed)``, the scripted operator) is shown the one the robot's reset set."""
+
+    def __init__(self, teleop, joint_map: dict[str, str] | None = None):
+        from embodied_gym.sim import robot as layout
+
+        self.teleop = teleop
+        self.keys = [f"{(joint_map or {}).get(j, j)}.pos" for j in layout.JOINT_NAMES]
+        missing = [k for k in self.keys if k not in teleop.action_features]
+        if missing:
+            raise ValueError(
+                f"teleoperator {teleop} has no action {missing}; map our joints to its motors with --joint-map "
+                f"JOINT=MOTOR (its actions: {sorted(teleop.action_features)})"
+            )
+
+    def __call__(self, obs, info) -> np.ndarray:
+        if info.get("step") == 0 and info.get("scene_seed") is not None and hasattr(self.teleop, "start_episode"):
+            self.teleop.start_episode(info["scene_seed"])
+        action = self.teleop.get_action()
+        return np.array([float(action[k]) for k in self.keys], dtype=np.float32)
+
+
+__all__ = ["ACTAgent", "EnvRequirements", "ExpertAgent", "SB3Agent", "TeleopAgent", "load_agent", "make_agent"]

@@ -357,6 +357,7 @@ def evaluate_policy(
     pose_estimator: str | None = None,
     pose_update: str | None = None,
     workers: int = 1,
+    env_kwargs: dict | None = None,
 ) -> EvalResult:
     """Load ``policy`` (see :func:`~embodied_gym.policies.agents.load_agent`: ``control_mode``,
     ``cameras``, ``image_size`` and ``pose_estimator`` override the settings it was trained with; ``trust_policy_file``),
@@ -373,6 +374,8 @@ def evaluate_policy(
         workers: processes that run the episodes (:class:`~embodied_gym.processes.WorkerPool`, one torch
             thread each), each with its own copy of the policy and env. An episode depends only on its
             seed, so the per-episode results are those of one process (``workers=1``, this process).
+        env_kwargs: more of the env's own kwargs (a ``-Real-`` id's ``joint_map``, ``camera_map``,
+            ``reset_fn``, ``realtime``).
 
     Returns:
         The success rate with its Wilson 95 % interval, returns, lengths and per-episode rows.
@@ -401,6 +404,7 @@ def evaluate_policy(
         **extra,
         render_mode="rgb_array" if videos else None,
         pose_update=pose_update,
+        **(env_kwargs or {}),
     )
     spec = {"policy": policy, "env_id": env_id, "agent": agent_options, "env": env_options}
     result = _evaluate_spec(spec, min(workers, episodes), episodes, seed, videos, progress)

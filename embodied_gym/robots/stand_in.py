@@ -218,10 +218,16 @@ class StandInRobotConfig(RobotConfig):
     camera_names: tuple[str, ...] = ("cam_high",)  # not `cameras`: LeRobot reserves it for CameraConfigs
     image_size: tuple[int, int] = (240, 320)
     camera_fps: float | None = None  # the cameras' frame rate; None: a frame per 50 Hz control step
+    # The table connect() sets: that of the Real env's reset(seed=episode_seed) (None: a random one).
+    # LeRobot's own scripts never reset a robot's scene, so this is how `lerobot-record` gets a known
+    # layout that a scripted operator (teleop embodied_gym_scripted) with the same seed can see.
+    episode_seed: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
         camera_period(self.camera_fps)  # raises naming the value
+        if self.episode_seed is not None and (isinstance(self.episode_seed, bool) or self.episode_seed < 0):
+            raise ValueError(f"episode_seed must be a whole number >= 0 or None, got {self.episode_seed!r}")
         if self.calibration_dir is None:  # nothing to calibrate; keep LeRobot's cache folder clean
             self.calibration_dir = Path(tempfile.gettempdir()) / "embodied_gym_stand_in"
 
@@ -243,6 +249,9 @@ class StandInRobot(Robot):
         self._settings = load_settings(config.config_path)
         self._world: SimCore | None = None
         self._camera_period = camera_period(config.camera_fps)  # observations per camera frame
+        # LeRobot's robots keep their camera devices here (lerobot-record sizes its image writer by it);
+        # the stand-in renders its frames itself, so it has none.
+        self.cameras: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ features
     @property
@@ -276,7 +285,8 @@ class StandInRobot(Robot):
         self._pos_noise = float(eff.get("joint_position_noise", 0.0))
         self._vel_noise = float(eff.get("joint_velocity_noise", 0.0))
         self._scene_rng: np.random.Generator | None = None
-        self.reset_scene(seed=None)
+        seed = self.config.episode_seed
+        self.reset_scene(seed=None if seed is None else scene_seed_of(seed))
 
     def calibrate(self) -> None:
         pass
@@ -301,8 +311,11 @@ class StandInRobot(Robot):
         if seed is not None or self._scene_rng is None:
             self._scene_rng, _ = seeding.np_random(seed)
         world.reset_scene(self._scene_rng)
-        # Sensor noise restarts with the scene, so the same seed gives the same episode.
-        self._rng = np.random.default_rng([self._settings.get("seed", 0), seed if seed is not None else 0])
+        # Sensor noise restarts with the scene, so the same seed gives the same episode; the cameras draw
+        # from their own stream, so the joint readings do not depend on which cameras are rendered.
+        base = [self._settings.get("seed", 0), seed if seed is not None else 0]
+        self._rng = np.random.default_rng(base)
+        self._image_rng = np.random.default_rng([*base, 1])
         self._reads = 0  # observations since the reset: the camera captures every camera_period-th
         self._frames: dict[str, np.ndarray] = {}
 
@@ -329,7 +342,7 @@ class StandInRobot(Robot):
         sigma = float(look.get("blur_sigma", 0.0))
         if sigma > 0:
             out = cv2.GaussianBlur(out, (0, 0), sigma)
-        out += self._rng.normal(0.0, float(look.get("image_noise", 0.0)), out.shape).astype(np.float32)
+        out += self._image_rng.normal(0.0, float(look.get("image_noise", 0.0)), out.shape).astype(np.float32)
         return np.clip(out, 0, 255).astype(np.uint8)
 
     def send_action(self, action: dict[str, Any]) -> dict[str, Any]:
@@ -358,6 +371,13 @@ class StandInRobot(Robot):
         }
 
 
+def scene_seed_of(episode_seed: int) -> int:
+    """The scene seed that ``reset(seed=episode_seed)`` of a ``-Real-`` env hands :meth:`StandInRobot.reset_scene`
+    (the env draws it from its gymnasium generator), so a robot connected with ``episode_seed`` sets the same table."""
+    rng, _ = seeding.np_random(int(episode_seed))
+    return int(rng.integers(2**31 - 1))
+
+
 def actuator_effects(settings: dict) -> ActuatorEffects:
     """The hidden actuator effects of a stand-in config's ``effects`` section."""
     eff = settings.get("effects", {})
@@ -382,4 +402,4 @@ def actuator_effects(settings: dict) -> ActuatorEffects:
     )
 
 
-__all__ = ["StandInRobot", "StandInRobotConfig", "actuator_effects", "load_settings"]
+__all__ = ["StandInRobot", "StandInRobotConfig", "actuator_effects", "load_settings", "scene_seed_of"]

@@ -1,10 +1,11 @@
 """Our envs for LeRobot's own tools (``lerobot-eval``), following LeRobot's env-plugin conventions.
 
 ``lerobot-eval`` builds envs from an ``EnvConfig`` subclass registered under a type name; this
-module registers ``embodied_gym``. Import it with LeRobot's plugin flag::
+module registers ``embodied_gym``. LeRobot imports it through the plugin package
+``plugins/lerobot_robot_embodied_gym`` (installed by ``scripts/setup.sh``), so no flag is needed::
 
     lerobot-eval --policy.path=runs/act/checkpoints/002000/pretrained_model \\
-        --env.type=embodied_gym --env.discover_packages_path=embodied_gym.policies.lerobot_env \\
+        --env.type=embodied_gym \\
         --env.task=PickCup --env.cameras='[cam_high]' --env.image_height=72 --env.image_width=96 \\
         --eval.n_episodes=50 --eval.batch_size=1 --policy.device=cpu --output_dir=runs/lerobot_eval
 
