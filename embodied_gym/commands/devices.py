@@ -82,6 +82,19 @@ def parse_devices(args: list[str]) -> dict[str, Any]:
     return {"robot": parsed.robot, "teleop": parsed.teleop}
 
 
+def name_map(flag: str, items) -> dict[str, str]:
+    """``--joint-map`` / ``--camera-map`` items ``OURS=THEIRS`` as a dict; a malformed one is named."""
+    from embodied_gym.errors import UserInputError
+
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UserInputError(f"{flag}: {item!r} is not NAME=VALUE")
+        out[key] = value
+    return out
+
+
 def is_stand_in(robot_config) -> bool:
     """Whether ``robot_config`` is embodied-gym's stand-in (which knows its task state: the scripted expert
     and evaluation's success may read it)."""
@@ -100,4 +113,4 @@ def ask_operator(robot, seed: int | None) -> None:
         raise KeyboardInterrupt
 
 
-__all__ = ["PREFIXES", "ask_operator", "device_args", "is_stand_in", "parse_devices"]
+__all__ = ["PREFIXES", "ask_operator", "device_args", "is_stand_in", "name_map", "parse_devices"]

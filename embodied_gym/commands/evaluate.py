@@ -130,8 +130,7 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
 
-    from embodied_gym.commands.devices import ask_operator, is_stand_in, parse_devices
-    from embodied_gym.commands.record import _name_map
+    from embodied_gym.commands.devices import ask_operator, is_stand_in, name_map, parse_devices
 
     robot = parse_devices(args.lerobot_devices)["robot"] if args.lerobot_devices else None
     if robot is not None and args.robot_config:
@@ -142,7 +141,7 @@ def run(args) -> int:
         ("--camera-map", "camera_map", args.camera_map),
     ):
         if items:
-            env_extra[key] = _name_map(flag, items)
+            env_extra[key] = name_map(flag, items)
     if robot is not None and not is_stand_in(robot):
         if args.workers != 1:
             raise ValueError(f"one {robot.type} robot runs one episode at a time: drop --workers")

@@ -107,18 +107,6 @@ def add_arguments(p) -> None:
     )
 
 
-def _name_map(flag: str, items) -> dict[str, str]:
-    from embodied_gym.errors import UserInputError
-
-    out = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise UserInputError(f"{flag}: {item!r} is not NAME=VALUE")
-        out[key] = value
-    return out
-
-
 def _devices(args):
     """The LeRobot robot and teleoperator configs of ``--robot.*`` / ``--teleop.*`` (None where not given)."""
     from embodied_gym.commands.devices import is_stand_in, parse_devices
@@ -141,12 +129,12 @@ def _devices(args):
 
 
 def run(args) -> int:
-    from embodied_gym.commands.devices import is_stand_in
+    from embodied_gym.commands.devices import is_stand_in, name_map
     from embodied_gym.errors import UserInputError
 
     robot, teleop = _devices(args)
-    joint_map = _name_map("--joint-map", args.joint_map)
-    camera_map = _name_map("--camera-map", args.camera_map)
+    joint_map = name_map("--joint-map", args.joint_map)
+    camera_map = name_map("--camera-map", args.camera_map)
     cameras = () if [c.lower() for c in args.cameras] == ["none"] else tuple(args.cameras)
     on_hardware = robot is not None and not is_stand_in(robot)
     env_kwargs = dict(

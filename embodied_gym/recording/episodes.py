@@ -70,18 +70,22 @@ class RecordingSummary:
     success_rate: float  # of this run's episodes
 
 
-def _ee_pose(env, info, q) -> np.ndarray:
-    if "tcp_poses" in info:
-        return np.asarray(info["tcp_poses"], dtype=np.float32).reshape(14)
-    # Robots that cannot report their TCP: forward kinematics of the measured joints.
-    kin = env.controller.kinematics
+def tool_poses(kinematics, q: np.ndarray) -> np.ndarray:
+    """Both TCP poses (position + quaternion wxyz, 14 numbers) by forward kinematics of the 14 joints ``q``."""
     out = []
     for arm in range(2):
-        pos, rot = kin.tcp_pose(q[layout.ARM_INDICES], arm)
+        pos, rot = kinematics.tcp_pose(q[layout.ARM_INDICES], arm)
         quat = np.zeros(4)
         mujoco.mju_mat2Quat(quat, rot.ravel())
         out.append(np.concatenate([pos, quat]))
     return np.concatenate(out).astype(np.float32)
+
+
+def _ee_pose(env, info, q) -> np.ndarray:
+    if "tcp_poses" in info:
+        return np.asarray(info["tcp_poses"], dtype=np.float32).reshape(14)
+    # Robots that cannot report their TCP: forward kinematics of the measured joints.
+    return tool_poses(env.controller.kinematics, q)
 
 
 def _jsonable(poses: dict) -> dict:

@@ -8,7 +8,7 @@ A robot recorded through LeRobot stores its motors' readings under its own names
 adds (the joint velocity as its own feature, the tool poses, the sidecar of seeds and layouts). The
 import maps each of our 14 joints to a motor (``joint_map``), reads velocities where the robot gave them
 (else differentiates the positions), computes both tool poses by forward kinematics of the measured
-joints (as :mod:`embodied_gym.recording.episodes` does for robots that cannot report them), resamples
+joints (:func:`embodied_gym.recording.episodes.tool_poses`, as recordings of robots that cannot report them have), resamples
 to the 50 Hz control rate, maps the camera (``camera_map``) and, with a pose estimator, adds its
 estimate of every frame as ``observation.environment_state``, as a recording on the robot would.
 
@@ -33,6 +33,7 @@ from embodied_gym.configs import require, setting
 from embodied_gym.data import features as F
 from embodied_gym.data.reader import DatasetError, RecordedDataset, is_dataset, open_dataset
 from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
+from embodied_gym.recording.episodes import tool_poses
 from embodied_gym.registration import env_id
 from embodied_gym.sim import robot as layout
 
@@ -90,10 +91,6 @@ class ImportSummary:
     source_fps: int
     velocity: str  # "measured" or "differentiated"
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def success_rate(self) -> float:  # every imported episode is taken as a successful demonstration
-        return 1.0
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -175,20 +172,6 @@ def _check_units(root, q: np.ndarray, episode: int) -> None:
             f"outside its range [{layout.JOINT_LOW[j]:.3g}, {layout.JOINT_HIGH[j]:.3g}]; the import needs radians "
             f"(grippers: finger travel in m) and the sim's zero pose: convert the dataset's units first"
         )
-
-
-def _tcp_poses(kinematics, q: np.ndarray) -> np.ndarray:
-    """(T, 14) both tool poses (position + quaternion wxyz) by forward kinematics of ``q`` (T, 14)."""
-    import mujoco
-
-    out = np.zeros((len(q), 14))
-    quat = np.zeros(4)
-    for t, qt in enumerate(q):
-        for arm in range(2):
-            pos, rot = kinematics.tcp_pose(qt[layout.ARM_INDICES], arm)
-            mujoco.mju_mat2Quat(quat, rot.ravel())
-            out[t, arm * 7 : arm * 7 + 7] = np.concatenate([pos, quat])
-    return out
 
 
 @dataclass(frozen=True)
@@ -348,7 +331,7 @@ def import_lerobot_dataset(cfg: ImportConfig, progress: bool = True) -> ImportSu
                 v = _resample(state[sel][:, vel_cols], fps)
             else:
                 v = np.gradient(q, 1.0 / F.FPS, axis=0)
-            ee = _tcp_poses(kinematics, q)
+            ee = np.stack([tool_poses(kinematics, qt) for qt in q])
             frames = np.zeros((len(q), 0, 0, 3), np.uint8)
             if src_cam is not None:
                 raw = src.frames(src_cam, e)
