@@ -12,7 +12,13 @@ the same stand-in world, and the tables of benchmarks/demo.py are printed:
     MUJOCO_GL=egl .venv/bin/python benchmarks/lerobot_demos.py --world world2 --out runs/lerobot_world2
 
 Resumable: the recording continues from the episodes the dataset holds, and the demo from its finished
-stages. ``--summary`` prints the tables of a finished run.
+stages. Any other flag goes to the demo, e.g. the RL rows on 100 paired seeds (BENCHMARKS.md, TPO section):
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/lerobot_demos.py --world default --out runs/lerobot_default \
+        --evaluate.episodes 100 --evaluate.policies expert act_stand_in act_aligned tpo residual \
+        --evaluate.comparisons act_aligned,act_stand_in tpo,act_aligned residual,act_aligned tpo,residual
+
+``--summary`` prints the tables of a finished run.
 """
 
 from __future__ import annotations
@@ -102,7 +108,7 @@ def main() -> None:
     p.add_argument("--profile", default="quick")
     p.add_argument("--out", help="run folder: OUT/lerobot_dataset and the demo's run OUT/demo")
     p.add_argument("--summary", metavar="RUN", help="print the tables of a finished run folder (OUT) and exit")
-    args = p.parse_args()
+    args, passed = p.parse_known_args()  # any other flag goes to the demo (e.g. --evaluate.episodes 100)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from demo import tables  # benchmarks/demo.py
 
@@ -136,6 +142,7 @@ def main() -> None:
         str(out),
         "--name",
         "demo",
+        *passed,
     ]
     print("[lerobot_demos] " + " ".join(demo), flush=True)
     subprocess.run(demo, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})

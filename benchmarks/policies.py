@@ -11,7 +11,10 @@ comes from the stand-in's own camera frames. Rows, each evaluated on the stand-i
     seeds);
 (b) ``act_nominal``: ACT on demonstrations generated in the nominal (uncalibrated) sim (the first seed only);
 (c) ``act_aligned``: ACT on demonstrations generated in the calibrated sim (PhysAligner on row a's demos;
-    ``--seeds`` training seeds).
+    ``--seeds`` training seeds);
+(d) ``tpo``: row (c) after TPO in the calibrated sim (each seed's (c));
+(f) ``residual``: row (c) with a stable-baselines3 residual policy trained in the calibrated sim (the RL
+    baseline from a well-kept library; each seed's (c)).
 
 A training seed alone moves a row by tens of points, so (a) and (c) train once per seed; the paired test
 between them pools every seed's evaluations (seed i of (c) against seed i of (a), on the same episode seeds).
@@ -40,9 +43,18 @@ import numpy as np
 
 WORLDS = {"default": None, "world2": "embodied_gym/robots/stand_in_world2.yaml"}
 #: benchmark row -> the evaluate stage's entry
-ROWS = {"a": "act_stand_in", "b": "act_nominal", "c": "act_aligned"}
-LABELS = {"a": "ACT, stand-in demos", "b": "ACT, nominal-sim demos", "c": "ACT, calibrated-sim demos"}
-SEEDED_ROWS = ("a", "c")
+ROWS = {"a": "act_stand_in", "b": "act_nominal", "c": "act_aligned", "d": "tpo", "f": "residual"}
+LABELS = {
+    "a": "ACT, stand-in demos",
+    "b": "ACT, nominal-sim demos",
+    "c": "ACT, calibrated-sim demos",
+    "d": "(c) + TPO",
+    "f": "(c) + SB3 residual",
+}
+#: the rows trained once per training seed (row b: the first seed only)
+SEEDED_ROWS = ("a", "c", "d", "f")
+#: the paired tests, (first row, second row), pooled over training seeds
+TESTS = (("c", "a"), ("c", "b"), ("b", "a"), ("d", "c"), ("f", "c"), ("d", "f"))
 
 
 def run_folder(runs: Path, world: str, task: str, seed: int) -> Path:
@@ -59,10 +71,11 @@ def demo_args(task: str, world: str, seed: int, first_seed: int, runs: Path) -> 
         args += ["--robot-config", robot_config]
     if seed != first_seed:  # row (b) once; the rest is read from the first seed's run
         args += ["--no-nominal-sim", "--reuse", str(run_folder(runs, world, task, first_seed))]
-        args += ["--evaluate.policies", "act_stand_in", "act_aligned"]
-        args += ["--evaluate.in-sim", "act_stand_in", "act_aligned"]
-        args += ["--evaluate.in-nominal-sim", "act_stand_in", "act_aligned"]
-        args += ["--evaluate.comparisons", "act_aligned,act_stand_in"]
+        seeded = [ROWS[r] for r in SEEDED_ROWS]
+        args += ["--evaluate.policies", *seeded]
+        args += ["--evaluate.in-sim", *seeded]
+        args += ["--evaluate.in-nominal-sim", *seeded]
+        args += ["--evaluate.comparisons", "act_aligned,act_stand_in", "tpo,act_aligned", "residual,act_aligned"]
     return args
 
 
@@ -105,7 +118,7 @@ def task_result(runs: Path, world: str, task: str, seeds: list[int]) -> dict | N
             rates = [p["stand_in"] for p in policies]
             rows[row] = {"policies": policies, "mean": float(np.mean(rates)), "range": [min(rates), max(rates)]}
     tests = {}
-    for a, b in (("c", "a"), ("c", "b"), ("b", "a")):
+    for a, b in TESTS:
         if a in rows and b in rows:
             pooled_a: dict[tuple[int, int], bool] = {}
             pooled_b: dict[tuple[int, int], bool] = {}
@@ -194,7 +207,7 @@ def plot(results: dict, png: Path) -> None:
 
     worlds = list(results)
     fig, axes = plt.subplots(1, len(worlds), figsize=(9 * len(worlds), 4.2), squeeze=False)
-    colours = {"a": "#bbbbbb", "b": "#e45756", "c": "#4c78a8"}
+    colours = {"a": "#bbbbbb", "b": "#e45756", "c": "#4c78a8", "d": "#54a24b", "f": "#f58518"}
     for ax, world in zip(axes[0], worlds):
         tasks = list(results[world])
         for j, row in enumerate(ROWS):
@@ -202,10 +215,10 @@ def plot(results: dict, png: Path) -> None:
             for i, task in enumerate(tasks):
                 r = results[world][task]["rows"].get(row)
                 if r:
-                    xs.append(i + (j - 1) * 0.27)
+                    xs.append(i + (j - (len(ROWS) - 1) / 2) * 0.17)
                     means.append(r["mean"])
                     points.append([p["stand_in"] for p in r["policies"]])
-            ax.bar(xs, means, width=0.25, color=colours[row], label=f"({row}) {LABELS[row]}")
+            ax.bar(xs, means, width=0.16, color=colours[row], label=f"({row}) {LABELS[row]}")
             for x, ps in zip(xs, points):
                 ax.plot([x] * len(ps), ps, "k.", ms=4)
         ax.set_xticks(range(len(tasks)), tasks)

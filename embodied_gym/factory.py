@@ -202,6 +202,7 @@ def make_env_for(
         ValueError: the policy names no estimator, or the folder holds other weights or outputs than
             the policy was trained with.
     """
+    agent = getattr(agent, "base_agent", agent)  # a residual policy acts on its base policy's observation
     kw = agent.requirements.env_kwargs()
     if extra_cameras:
         cams = tuple(dict.fromkeys(tuple(kw.get("cameras", ())) + tuple(extra_cameras)))
@@ -274,7 +275,10 @@ def _check_estimate_fits(agent, env) -> None:
     names = agent.env_state_names
     dim = agent.policy.config.input_features[F.ENV_STATE].shape[0]
     got = env.observation_space[KEY]
-    est = env.get_wrapper_attr("estimator").config
+    try:
+        est = env.get_wrapper_attr("estimator").config
+    except AttributeError:  # GroundTruthPoseWrapper: the true poses in the estimator's layout
+        est = env.get_wrapper_attr("config")
     if got.shape != (dim,) or (names and list(est.output_names) != names):
         env.close()
         raise ValueError(

@@ -31,12 +31,13 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
         assert (smoke_run / stage / "stage.json").exists()
     assert "stand-in" in report and "data:image/png;base64," in report
     evaluation = summary["tasks"]["PickCup"]["evaluation"]
-    assert set(evaluation) == {"expert", "act_stand_in", "act_aligned", "tpo"}
+    assert set(evaluation) == {"expert", "act_stand_in", "act_aligned", "tpo", "residual"}
     for e in evaluation.values():
         assert 0.0 <= e["ci95"][0] <= e["success_rate"] <= e["ci95"][1] <= 1.0
     # the learnt policies read the estimate, whose reset-frame error the report shows; the expert reads the truth
     assert evaluation["expert"].get("mean_reset_pose_error_cm") is None
-    assert all(evaluation[n]["mean_reset_pose_error_cm"] > 0 for n in ("act_stand_in", "act_aligned", "tpo"))
+    learnt = ("act_stand_in", "act_aligned", "tpo", "residual")
+    assert all(evaluation[n]["mean_reset_pose_error_cm"] > 0 for n in learnt)
     assert "reset-frame estimate off by" in report
     assert (smoke_run / "calibrate" / "result.json").exists()
     # the pose-estimate path: a perception model, policies that read its estimate, VisAligner skipped
@@ -68,6 +69,12 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
     tpo_log = stages["tpo"]["outputs"]["log"]
     assert [r["iteration"] for r in tpo_log] == [0, 1] and all("eval_success_rate" in r for r in tpo_log)
     assert "TPO returned" in report and "greedy success in the calibrated sim" in report
+    # the RL baseline: an SB3 residual over the aligned-sim policy, evaluated in the sim against it
+    residual = stages["residual"]["outputs"]
+    assert (
+        set(residual["eval"]) == {"base", "residual"}
+        and (smoke_run / "residual" / "residual" / "residual.zip").exists()
+    )
     # act_stand_in trained in a background process (background_act_stand_in, the default), its output in a log
     assert stages["act_stand_in"]["background"] and not stages["act_aligned"]["background"]
     assert "train act" in (smoke_run / "act_stand_in" / "stage.log").read_text()
@@ -288,7 +295,8 @@ def test_cache_keys_leave_out_settings_marked_so_and_keep_the_rest():
     cfg2.perception = replace(cfg2.perception, workers=7)
     cfg2.generate = replace(cfg2.generate, workers=7, backend="ray")
     cfg2.evaluate = replace(cfg2.evaluate, workers=7)
-    cfg2.tpo = replace(cfg2.tpo, eval_workers=7)
+    cfg2.tpo = replace(cfg2.tpo, eval_workers=7, rollout_workers=7)
+    cfg2.residual = replace(cfg2.residual, eval_workers=7)
     assert {s.name: s.cache_settings(cfg2, "PickCup") for s in STAGES} == base
     # perception.robot_offset belongs to perception_offset, not to the estimator's training
     cfg2.perception = replace(cfg2.perception, robot_offset=False)
@@ -314,6 +322,9 @@ def test_evaluate_settings_name_only_what_the_loop_trains(tmp_path):
     bad.write_text("evaluate: {comparisons: [[act_aligned, act_real]]}\n")
     with pytest.raises(ValueError, match="act_real"):
         load_config("quick", str(bad))
+    bad.write_text("observation: images\nevaluate: {policies: [act_aligned, residual]}\n")
+    with pytest.raises(ValueError, match="residual reads the pose estimate"):
+        load_config("quick", str(bad))
 
 
 def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_path, capsys):
@@ -332,6 +343,8 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
         "calibrate: {surrogate_epochs: 1, refine_steps: 10, free: [kp.right_shoulder, kp.right_elbow]}\n"
         "generate: {episodes: 2}\n"
         "act: {steps: 4, batch_size: 2, save_every: 4}\n"
+        "tpo: {iterations: 1, rollouts: 2, pairs: 1, epochs: 1, eval_episodes: 1}\n"
+        "residual: {total_steps: 32, n_steps: 16, batch_size: 16, n_envs: 1, eval_episodes: 1}\n"
         "evaluate: {episodes: 1}\n"
     )
     benchmark = runpy.run_path("benchmarks/policies.py")
@@ -341,7 +354,8 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
     first = json.loads((runs / "seed0" / "summary.json").read_text())["tasks"]["PickCup"]
     second = json.loads((runs / "seed1" / "summary.json").read_text())["tasks"]["PickCup"]
     assert not first["stages"]["act_nominal"]["outputs"].get("skipped")
-    assert first["stages"]["tpo"]["outputs"]["skipped"]  # not evaluated: not trained
+    assert not first["stages"]["tpo"]["outputs"].get("skipped")  # rows d and f train on each seed's (c)
+    assert second["stages"]["residual"]["folder"].startswith(str(runs / "seed1"))
     for stage in ("perception", "record", "calibrate", "generate"):  # read in place from the first seed's run
         assert second["stages"][stage]["folder"] == first["stages"][stage]["folder"]
         assert second["stages"][stage]["cached"]
@@ -351,9 +365,10 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
     }
     saved = json.loads((tmp_path / "b" / "benchmark.json").read_text())
     rows = saved["results"]["default"]["PickCup"]["rows"]
-    assert [len(rows[r]["policies"]) for r in ("a", "b", "c")] == [2, 1, 2]
-    assert saved["results"]["default"]["PickCup"]["tests"]["c_vs_a"]["n"] == 2  # 1 episode x 2 seeds, pooled
-    assert saved["agreement"]["default"]["calibrated_sim"]["n"] == 5
+    assert [len(rows[r]["policies"]) for r in ("a", "b", "c", "d", "f")] == [2, 1, 2, 2, 2]
+    tests = saved["results"]["default"]["PickCup"]["tests"]
+    assert tests["c_vs_a"]["n"] == tests["d_vs_c"]["n"] == tests["f_vs_c"]["n"] == 2  # 1 episode x 2 seeds, pooled
+    assert saved["agreement"]["default"]["calibrated_sim"]["n"] == 9
     out = capsys.readouterr().out
     assert "| PickCup | (c) vs (a) |" in out and "MMRV" in out
     assert (tmp_path / "b" / "policies.png").stat().st_size > 0

@@ -19,12 +19,14 @@ from embodied_gym.policies.scoring import target_distance, trajectory_score
 from embodied_gym.policies.tpo import (
     ACTLikelihood,
     TPOConfig,
+    grouped_preference_pairs,
     preference_pairs,
     rollout,
     selected_iteration,
     tpo_loss,
     train_tpo,
 )
+from embodied_gym.processes import WorkerPool
 
 TINY = dict(
     dim_model=32,
@@ -339,6 +341,26 @@ def test_preference_pairs_top_vs_bottom():
     assert preference_pairs([0.5, 0.5], 1) == []  # a tie carries no preference
 
 
+def test_grouped_preference_pairs_compare_rollouts_of_one_start_state():
+    scores = [1.9, 0.2, 0.3, 1.5, 0.9, 0.8, 0.5, 0.5]
+    groups = [0, 0, 0, 0, 1, 1, 2, 2]
+    # group 0: 1.9 vs 0.2 and 1.5 vs 0.3; group 1: 0.9 vs 0.8; group 2 ties; largest gaps first
+    assert grouped_preference_pairs(scores, groups, 10) == [(0, 1), (3, 2), (4, 5)]
+    assert grouped_preference_pairs(scores, groups, 1) == [(0, 1)]
+    assert grouped_preference_pairs(scores, groups, 10, min_gap=0.5) == [(0, 1), (3, 2)]
+    # across start states the top-vs-bottom ranking would pair the easy layout with the hard one
+    assert preference_pairs([1.9, 0.2, 0.9, 0.8], 2) == [(0, 1), (2, 3)]
+
+
+def test_tpo_rollout_plan_groups_start_states():
+    cfg = TPOConfig(policy="p", env_id="e", out="o", rollouts=6, rollouts_per_seed=3, seed=5)
+    plan = cfg.rollout_plan(2)
+    assert [seed for seed, _ in plan] == [2005, 2005, 2005, 2006, 2006, 2006]
+    assert len({sample for _, sample in plan}) == 6  # each rollout its own noise
+    paper = TPOConfig(policy="p", env_id="e", out="o", rollouts=3, rollouts_per_seed=1)
+    assert [seed for seed, _ in paper.rollout_plan(1)] == [1000, 1001, 1002]
+
+
 def test_tpo_loss_sign():
     lw, ll = torch.tensor([0.0], requires_grad=True), torch.tensor([0.0], requires_grad=True)
     ref = torch.tensor([0.0])
@@ -387,16 +409,16 @@ def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
     with torch.no_grad():
         assert float(margin()) > 0
 
-    # The optional anchor (sft_weight): the L1 that log_prob reports is consistent with the Laplace
-    # likelihood, and a step on it brings the policy closer to the preferred trajectory.
-    logp, l1 = lik.log_prob(t1, with_l1=True)
+    # The anchor (sft_weight): the per-step NLL that log_prob reports is the Laplace likelihood's, and a
+    # step on it brings the policy closer to the preferred trajectory.
+    logp, nll = lik.log_prob(t1, with_nll=True)
     n = float(t1.mask.sum())
-    assert float(l1) == pytest.approx(-0.1 * (float(logp) + n * 14 * math.log(0.2)) / (n * 14), rel=1e-4)
+    assert float(nll) == pytest.approx(-float(logp) / n, rel=1e-5)
     opt.zero_grad()
-    l1.backward()
+    nll.backward()
     opt.step()
     with torch.no_grad():
-        assert float(lik.log_prob(t1, with_l1=True)[1]) < float(l1)
+        assert float(lik.log_prob(t1, with_nll=True)[1]) < float(nll)
 
 
 def test_trajectory_scoring_ranks_success_first():
@@ -435,6 +457,7 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
         iterations=1,
         rollouts=2,
         pairs=1,
+        min_score_gap=0.0,
         epochs=1,
         eval_episodes=2,
         max_episode_steps=20,
@@ -466,6 +489,51 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
                 pose_estimator=str(tmp_path),
             )
         )
+
+
+def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tmp_path):
+    """One iteration (pairs within a start state's rollouts, per-step likelihood): against π_ref, the margin
+    between preferred and rejected trajectories grows with the default anchor, and with the anchor at
+    weight 1 the preferred trajectories gain log-likelihood while the rejected ones lose it. The rollouts
+    run in two processes and give the trajectories one process gives."""
+    from embodied_gym.policies import tpo
+
+    out, _, _ = tiny_act
+    base = dict(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", iterations=1, rollouts=4, rollouts_per_seed=2)
+    base.update(pairs=4, min_score_gap=0.0, epochs=2, lr=1e-5, eval_episodes=0, max_episode_steps=15, progress=False)
+    run = tpo._setup(TPOConfig(out=str(tmp_path / "one"), **base))
+    trajs = tpo._collect_rollouts(run, 0)
+    run.env.close()
+    pairs = tpo._pairs(run.cfg, trajs)
+    assert pairs and all(trajs[w].seed == trajs[l_].seed for w, l_ in pairs)
+
+    two = TPOConfig(out=str(tmp_path / "two"), rollout_workers=2, **base)
+    run2 = tpo._setup(two)
+    with WorkerPool(2, tpo._init_rollout_worker, (two, str(run2.reference_dir), None, "PickCup")) as pool:
+        parallel = tpo._collect_rollouts(run2, 0, pool)
+    run2.env.close()
+    assert [t.seed for t in parallel] == [t.seed for t in trajs]
+    for a, b in zip(parallel, trajs):
+        torch.testing.assert_close(a.actions, b.actions, atol=1e-5, rtol=0)
+
+    def gains(sft_weight: float) -> tuple[float, float]:
+        """Mean change of log π(τ_w) and log π(τ_l) over the pairs after one update from π_ref."""
+        r = tpo._setup(TPOConfig(out=str(tmp_path / f"sft{sft_weight}"), sft_weight=sft_weight, **base))
+        r.env.close()
+        with torch.no_grad():
+            before = [(r.likelihood.log_prob(trajs[w]), r.likelihood.log_prob(trajs[l_])) for w, l_ in pairs]
+        tpo._update(r, 0, trajs, pairs)
+        with torch.no_grad():
+            after = [(r.likelihood.log_prob(trajs[w]), r.likelihood.log_prob(trajs[l_])) for w, l_ in pairs]
+        return (
+            float(np.mean([float(a[0] - b[0]) for a, b in zip(after, before)])),
+            float(np.mean([float(a[1] - b[1]) for a, b in zip(after, before)])),
+        )
+
+    gain_w, gain_l = gains(TPOConfig.sft_weight)
+    assert gain_w > gain_l, (gain_w, gain_l)
+    gain_w, gain_l = gains(1.0)
+    assert gain_w > 0 > gain_l, (gain_w, gain_l)
 
 
 def test_tpo_returns_the_best_sim_evaluation_ties_to_the_earlier_iteration():
@@ -872,3 +940,58 @@ def test_progress_bars_only_on_a_terminal(monkeypatch):
         text = stream.getvalue()
         assert ("steps" in text) == bar_shown and "never written" not in text
         assert text.count("step done\n") == (0 if bar_shown else 3)
+
+
+# ----------------------------------------------------------------------------- residual RL (SB3)
+def test_residual_wrapper_passes_check_env_and_a_zero_residual_is_act(tiny_act):
+    from gymnasium.utils.env_checker import check_env
+
+    from embodied_gym.policies.residual import ResidualACTWrapper
+
+    out, _, _ = tiny_act
+    base = ACTAgent(out)
+    env = ResidualACTWrapper(make_env_for(base, "EmbodieDreamer-PickCup-v0", max_episode_steps=10), base, 0.1)
+    check_env(env, skip_render_check=True)
+    assert env.observation_space.shape == (28,)  # joint_pos + ACT's normalised proposal (no pose estimate)
+    twin_agent = ACTAgent(out)
+    twin = make_env_for(twin_agent, "EmbodieDreamer-PickCup-v0", max_episode_steps=10)
+    obs, _ = env.reset(seed=3)
+    o, _ = twin.reset(seed=3)
+    for _ in range(6):  # a zero residual executes ACT's own action
+        obs, *_ = env.step(np.zeros(14, np.float32))
+        o, *_ = twin.step(twin_agent(o))
+        np.testing.assert_allclose(obs[:14], o["joint_pos"], atol=1e-6)
+    env.close()
+    twin.close()
+    with pytest.raises(ValueError, match="scale"):
+        ResidualACTWrapper(twin, base, 0.0)
+
+
+def test_residual_rl_trains_resumes_and_evaluates_on_the_stand_in(tiny_act, tmp_path):
+    from embodied_gym.policies.residual import ResidualAgent, ResidualRLConfig, train_residual
+
+    out, _, _ = tiny_act
+    folder = tmp_path / "residual"
+    base = dict(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(folder), n_steps=32, batch_size=16)
+    base.update(save_every=32, eval_episodes=1, max_episode_steps=20, progress=False)
+    meta = train_residual(ResidualRLConfig(total_steps=64, **base))
+    assert json.loads((folder / "checkpoint.json").read_text())["steps"] == 64
+    assert {"base", "residual"} == set(meta["eval"]) and (folder / "residual.png").exists()
+    episodes = len((folder / "monitor.csv").read_text().splitlines()) - 2
+    assert episodes == 3  # 64 steps of 20-step episodes
+    train_residual(ResidualRLConfig(total_steps=128, **base))  # resumes from the checkpoint
+    assert json.loads((folder / "checkpoint.json").read_text())["steps"] == 128
+    assert len((folder / "monitor.csv").read_text().splitlines()) - 2 > episodes  # appended, header kept
+
+    agent = load_agent(str(folder))
+    assert isinstance(agent, ResidualAgent) and agent.base_agent.path == ACTAgent(out).path
+    res = evaluate_policy(
+        str(folder), "EmbodieDreamer-PickCup-Real-v0", 1, seed=7, max_episode_steps=10, progress=False
+    )
+    assert res.episodes == 1 and res.mean_length == 10
+
+    with pytest.raises(ValueError, match="sim id"):
+        train_residual(ResidualRLConfig(**{**base, "env_id": "EmbodieDreamer-PickCup-Real-v0"}))
+    (folder / "residual.json").write_text(json.dumps({"scale": 0.1}))
+    with pytest.raises(ValueError, match="base_policy"):
+        load_agent(str(folder))

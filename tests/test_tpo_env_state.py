@@ -133,6 +133,7 @@ def test_tpo_on_an_env_state_policy_runs_and_its_checkpoint_evaluates_on_real(po
         iterations=1,
         rollouts=2,
         pairs=1,
+        min_score_gap=0.0,
         epochs=1,
         max_episode_steps=15,
         eval_episodes=1,
@@ -175,7 +176,15 @@ def test_tpo_estimator_checks_and_override(pose_policy, tmp_path):
     meta["pose_estimator"]["path"] = str(other.resolve())
     (policy / POLICY_META).write_text(json.dumps(meta))
     base = dict(
-        env_id=SIM, iterations=1, rollouts=2, pairs=1, epochs=1, max_episode_steps=10, eval_episodes=0, progress=False
+        env_id=SIM,
+        iterations=1,
+        rollouts=2,
+        pairs=1,
+        min_score_gap=0.0,
+        epochs=1,
+        max_episode_steps=10,
+        eval_episodes=0,
+        progress=False,
     )
     with pytest.raises(ValueError, match=r"other weights.*--pose-estimator"):
         train_tpo(TPOConfig(policy=str(policy), out=str(tmp_path / "t1"), **base))
@@ -286,6 +295,7 @@ def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(
         iterations=1,
         rollouts=2,
         pairs=1,
+        min_score_gap=0.0,
         epochs=1,
         max_episode_steps=15,
         progress=False,
@@ -322,3 +332,32 @@ def test_tpo_rolls_out_with_the_deployed_pose_update_and_its_checkpoint_says_so(
             ]
         )
     assert bad.value.code == 2
+
+
+def test_tpo_rollouts_on_true_poses_keep_the_estimator_for_deployment(pose_policy, tmp_path):
+    """``rollout_poses="ground_truth"``: the rollouts read the sim's true poses in the estimate's layout (no
+    camera rendered), and the checkpoint still names the estimator the policy reads when deployed."""
+    from embodied_gym.perception.pose_entry import true_pose_entry
+    from embodied_gym.policies import tpo
+
+    out, est_dir = pose_policy
+    cfg = TPOConfig(
+        policy=str(out),
+        env_id=SIM,
+        out=str(tmp_path / "tpo"),
+        rollout_poses="ground_truth",
+        pose_update="at_reset",
+        rollouts=1,
+        max_episode_steps=8,
+        eval_episodes=0,
+        progress=False,
+    )
+    run = tpo._setup(cfg)
+    traj = tpo._collect_rollouts(run, 0)[0]
+    run.env.close()
+    _, info = gym.make(SIM, obs_type="state").reset(seed=traj.seed)
+    expected = true_pose_entry(PoseEstimator.from_pretrained(est_dir).config, info["object_poses"])
+    np.testing.assert_allclose(traj.env_state[0].numpy(), expected, atol=1e-5)  # the truth, held from reset
+    np.testing.assert_allclose(traj.env_state[-1].numpy(), expected, atol=1e-5)
+    about = run.meta["pose_estimator"]
+    assert about["sha256"] == estimator_source(est_dir)["sha256"] and about["image_size"] == [48, 64]

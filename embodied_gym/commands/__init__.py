@@ -2,7 +2,7 @@
 
     record (or import) -> replay -> calibrate -> visaligner train -> visaligner render / generate
            -> perception frames -> perception train -> perception offset (perception eval)
-           -> train act -> train tpo -> eval -> sim2real   (and: experts, demo: the whole loop)
+           -> train act -> train tpo (train residual) -> eval -> sim2real   (and: experts, demo: the whole loop)
 
 Each module is a thin command line over one library function and declares ``NAME`` (and
 ``GROUP`` for two-word commands such as ``train act``), ``HELP``, ``add_arguments(parser)``,
@@ -30,6 +30,7 @@ from embodied_gym.commands import (
     replay,
     sim2real,
     train_act,
+    train_residual,
     train_tpo,
     visaligner_render,
     visaligner_train,
@@ -50,6 +51,7 @@ COMMANDS = (
     perception_eval,
     train_act,
     train_tpo,
+    train_residual,
     evaluate,
     sim2real,
     experts,
@@ -61,7 +63,8 @@ GROUPS = {
     "visaligner": "VisAligner: sim renders -> the real camera's video (train, render)",
     "perception": "the pose estimator the policies read: training frames (frames), training (train), its "
     "bias on the robot's camera (offset), its errors on a camera's frames (eval)",
-    "train": "train a policy (act: imitation with LeRobot's ACT; tpo: preference RL in the aligned sim)",
+    "train": "train a policy (act: imitation with LeRobot's ACT; tpo: preference RL in the aligned sim; "
+    "residual: stable-baselines3 RL of a correction to a frozen ACT)",
 }
 
 __all__ = ["COMMANDS", "GROUPS"]

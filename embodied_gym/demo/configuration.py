@@ -29,6 +29,7 @@ from embodied_gym.perception.pose_entry import POSE_SOURCES, POSE_UPDATES
 from embodied_gym.perception.training import PoseTrainConfig
 from embodied_gym.physaligner.calibrate import CalibrationConfig
 from embodied_gym.policies.act.configuration import PRESETS, ACTTrainConfig
+from embodied_gym.policies.residual import ResidualRLConfig
 from embodied_gym.policies.tpo import TPOConfig
 from embodied_gym.recording.aligned import AlignedDemosConfig
 from embodied_gym.sim.tasks import TASKS
@@ -128,7 +129,7 @@ class EvaluateStageConfig:
     policies: list[str] = setting(
         default_factory=lambda: ["expert", "act_stand_in", "act_aligned", "tpo"],
         help="what is evaluated on the stand-in: expert and the stages that train a policy "
-        "(act_stand_in, act_aligned, act_nominal, tpo)",
+        "(act_stand_in, act_aligned, act_nominal, tpo, residual)",
     )
     comparisons: list[list[str]] = setting(
         default_factory=lambda: [["act_aligned", "act_stand_in"], ["tpo", "act_aligned"]],
@@ -153,7 +154,7 @@ class EvaluateStageConfig:
 
 OBSERVATIONS = ("pose_estimate", "images")
 #: the stages that train a policy the evaluate stage can name (act_nominal only with nominal_sim)
-POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo")
+POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo", "residual")
 
 
 @dataclass
@@ -202,6 +203,8 @@ class DemoConfig:
     act: ACTTrainConfig = _stage(ACTTrainConfig)
     # Stage tpo: TPO fine-tuning in the aligned sim.
     tpo: TPOConfig = _stage(TPOConfig, iterations=2)
+    # Stage residual: the library RL baseline, SB3 residual RL over the frozen aligned-sim ACT.
+    residual: ResidualRLConfig = _stage(ResidualRLConfig)
     evaluate: EvaluateStageConfig = field(default_factory=EvaluateStageConfig)
 
     def to_dict(self) -> dict:
@@ -351,6 +354,11 @@ def _check_evaluate(cfg: DemoConfig) -> None:
         extra = " (act_nominal needs nominal_sim: true)" if "act_nominal" in unknown else ""
         raise ValueError(
             f"evaluate.policies: {unknown} are not trained by the loop; valid: {['expert', *trained]}{extra}"
+        )
+    if "residual" in e.policies and cfg.observation != "pose_estimate":
+        raise ValueError(
+            "evaluate.policies: residual reads the pose estimate (observation: pose_estimate); drop it with "
+            f"observation: {cfg.observation}"
         )
     for key in ("in_sim", "in_nominal_sim"):
         not_evaluated = [p for p in getattr(e, key) if p not in e.policies or p == "expert"]

@@ -23,13 +23,14 @@ LABELS = {
     "act_nominal": "ACT, nominal sim",
     "act_aligned": "ACT, aligned sim",
     "tpo": "ACT, aligned sim + TPO",
+    "residual": "ACT, aligned sim + SB3 residual",
     "act_aligned_ablation_estimator": "ACT, aligned sim, ablation estimator",
     "act_aligned_in_sim": "ACT, aligned sim, in its own sim",
 }
 
 
 #: the policies trained in the aligned (calibrated) sim, one of which the per-task table shows as the loop's
-SIM_TRAINED = ("act_aligned", "tpo")
+SIM_TRAINED = ("act_aligned", "tpo", "residual")
 
 
 def task_rows(summary: dict) -> list[dict]:

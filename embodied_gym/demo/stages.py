@@ -24,6 +24,8 @@ and the camera's object-pose estimate:
   benchmark's row b).
 - ``act_aligned``: ACT on the calibrated-sim demonstrations.
 - ``tpo``: TPO fine-tuning of the aligned-sim policy in the calibrated sim.
+- ``residual``: the library RL baseline, a stable-baselines3 residual over the frozen aligned-sim policy
+  in the calibrated sim (only when ``evaluate.policies`` names it).
 - ``perception_offset``: the estimator's constant bias on the robot's camera, measured on the
   recorded demonstrations; a corrected copy for the sim-trained policies to read on the robot.
 - ``evaluate``: every policy on the stand-in robot on the same seeds, with paired exact McNemar tests.
@@ -55,6 +57,7 @@ from embodied_gym.physaligner import ParameterSpace
 from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
 from embodied_gym.policies.act import train_act
 from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed, wilson_interval
+from embodied_gym.policies.residual import train_residual
 from embodied_gym.policies.tpo import train_tpo
 from embodied_gym.processes import cpu_count
 from embodied_gym.recording.aligned import generate_aligned_demos
@@ -405,6 +408,22 @@ def run_tpo(t, ctx: StageContext) -> dict:
     return {"policy": str(ctx.folder / "tpo"), "log": log}
 
 
+def run_residual(r, ctx: StageContext) -> dict:
+    """Residual RL (stable-baselines3) over the frozen aligned-sim policy in the calibrated sim."""
+    loop = ctx.loop
+    meta = train_residual(
+        replace(
+            r,
+            policy=ctx.inputs["act_aligned"]["policy"],
+            env_id=embodied_gym.env_id(loop.task),
+            out=str(ctx.folder / "residual"),
+            physics=ctx.inputs["calibrate"]["result"],
+            max_episode_steps=loop.max_episode_steps,
+        )
+    )
+    return {"policy": str(ctx.folder / "residual"), "eval": meta.get("eval")}
+
+
 def run_perception_offset(_, ctx: StageContext) -> dict:
     """The estimator's constant bias on the robot's camera, measured on the recorded demonstrations
     against the sim's (per object: the task's grasped object, and its place target where the
@@ -525,13 +544,14 @@ class OffsetSettings:
 
 def _tpo_section(cfg: DemoConfig):
     """TPO rolls out on the observation the policies are evaluated on (``evaluate.pose_update``, else the
-    loop's ``pose_update``) unless its own settings name one, and evaluates on as many processes as the
-    stand-in evaluation."""
+    loop's ``pose_update``) unless its own settings name one, and rolls out and evaluates on as many
+    processes as the stand-in evaluation."""
 
     pose_update: str | None = None
     if cfg.observation == "pose_estimate":
         pose_update = cfg.tpo.pose_update or cfg.evaluate.pose_update or cfg.pose_update
-    return replace(cfg.tpo, pose_update=pose_update, eval_workers=cfg.evaluate.workers or cpu_count())
+    workers = cfg.evaluate.workers or cpu_count()
+    return replace(cfg.tpo, pose_update=pose_update, eval_workers=workers, rollout_workers=workers)
 
 
 def _skip_perception(cfg: DemoConfig) -> str | None:
@@ -556,6 +576,21 @@ def _skip_nominal(cfg: DemoConfig) -> str | None:
 
 def _skip_tpo(cfg: DemoConfig) -> str | None:
     return None if "tpo" in cfg.evaluate.policies else "tpo is not in evaluate.policies"
+
+
+def _residual_section(cfg: DemoConfig):
+    """The residual trains on the observation the policies are evaluated on, as TPO does, and evaluates
+    on as many processes as the stand-in evaluation."""
+    if cfg.observation != "pose_estimate":
+        return cfg.residual
+    pose_update = cfg.residual.pose_update or cfg.evaluate.pose_update or cfg.pose_update
+    return replace(cfg.residual, pose_update=pose_update, eval_workers=cfg.evaluate.workers or cpu_count())
+
+
+def _skip_residual(cfg: DemoConfig) -> str | None:
+    if "residual" not in cfg.evaluate.policies:
+        return "residual is not in evaluate.policies"
+    return "observation: images (the residual reads the pose estimate)" if cfg.observation == "images" else None
 
 
 _ROBOT = ("robot_config", "camera_fps", "observation", "pose_update")
@@ -585,6 +620,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("act_aligned", run_act_aligned, attrgetter("act"), ("generate",)),
     Stage("act_nominal", run_act_nominal, attrgetter("act"), ("generate_nominal",), skip=_skip_nominal),
     Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner"), skip=_skip_tpo),
+    Stage("residual", run_residual, _residual_section, ("act_aligned", "calibrate"), skip=_skip_residual),
     Stage(
         "perception_offset",
         run_perception_offset,

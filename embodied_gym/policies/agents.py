@@ -171,6 +171,17 @@ class ACTAgent:
     def reset(self) -> None:
         self.policy.reset()
 
+    def action_stats(self) -> tuple[np.ndarray, np.ndarray]:
+        """The demonstrations' action mean and std (the normaliser's), in joint units: (14,), (14,)."""
+        for step in self.post.steps:
+            stats = getattr(step, "stats", None)
+            if stats and F.ACTION in stats and {"mean", "std"} <= set(stats[F.ACTION]):
+                mean, std = (np.asarray(torch.as_tensor(stats[F.ACTION][k]).cpu(), np.float32) for k in ("mean", "std"))
+                return mean, std
+        raise RuntimeError(
+            f"{self.path}: the policy's postprocessor has no action mean/std (a MEAN_STD-normalised ACT)"
+        )
+
     def observation_batch(self, obs: dict) -> dict[str, torch.Tensor]:
         """Env observation -> LeRobot batch (before the preprocessor): state and resized float images."""
         batch = {F.STATE: torch.as_tensor(np.asarray(obs["joint_pos"], np.float32))[None]}
@@ -306,12 +317,16 @@ def load_agent(
     the library's own loader (it can run code from the file; only for files you trust).
     ``pose_estimator`` replaces the estimator folder of a policy that reads estimated object poses
     (default: the one its training data was recorded with)."""
-    agent: ExpertAgent | SB3Agent | ACTAgent
+    from embodied_gym.policies.residual import ResidualAgent, is_residual_folder
+
+    agent: ExpertAgent | SB3Agent | ACTAgent | ResidualAgent
     if spec == "expert":
         agent = ExpertAgent(control_mode or "joint_pos")
     else:
         p = Path(spec)
-        if p.suffix == ".zip":
+        if p.is_dir() and is_residual_folder(p):
+            agent = ResidualAgent(p, device=device, trust_policy_file=trust_policy_file)
+        elif p.suffix == ".zip":
             agent = SB3Agent(p, control_mode=control_mode, device=device, trust_policy_file=trust_policy_file)
         elif p.is_dir():
             agent = ACTAgent(
@@ -329,13 +344,14 @@ def load_agent(
             )
     req = agent.requirements
     if pose_estimator is not None:
-        if not isinstance(agent, ACTAgent) or not agent.env_state:
+        act = agent.base_agent if isinstance(agent, ResidualAgent) else agent  # a residual reads its base's input
+        if not isinstance(act, ACTAgent) or not act.env_state:
             raise ValueError(
                 f"--pose-estimator {pose_estimator}: policy {spec!r} does not read estimated object poses "
                 f"(it has no {F.ENV_STATE} input)"
             )
         req.pose_estimator = str(pose_estimator)
-        agent.estimator_overridden = True
+        act.estimator_overridden = True
     if cameras:
         cameras = normalise_cameras(cameras)
         missing = [c for c in req.cameras if c not in cameras]

@@ -97,8 +97,22 @@ class TPOConfig:
     out: str | None = setting(None, required=True, help="output folder: checkpoints/, tpo_log.jsonl, tpo.png")
     iterations: int = setting(3, help="rollout-and-update iterations")
     rollouts: int | None = setting(None, help="rollouts per iteration (default 2 x pairs)")
-    pairs: int = setting(25, help="M: top-M vs bottom-M trajectories (default 25)")
-    beta: float = setting(0.1, help="β of the preference loss")
+    pairs: int = setting(25, help="M: at most M (preferred, rejected) pairs per iteration (default 25)")
+    rollouts_per_seed: int = setting(
+        4,
+        help="K: rollouts from each start state (the same reset seed); pairs are made within those groups, "
+        "so a pair differs by the actions, not by the layout. 1: the paper's ranking of all rollouts",
+    )
+    min_score_gap: float = setting(
+        0.05, help="a pair needs the preferred trajectory's score above the rejected one's by more than this"
+    )
+    likelihood: str = setting(
+        "mean",
+        choices=("mean", "sum"),
+        help="log π(τ) in the loss: the mean over executed steps (margins comparable across lengths) or the "
+        "sum (the paper's; margins grow with length and the loss saturates in the first epochs)",
+    )
+    beta: float = setting(1.0, help="β of the preference loss (the paper's 0.1 goes with --likelihood sum)")
     epochs: int = setting(80, help="passes over the preference pairs per iteration")
     lr: float = setting(1e-5, help="learning rate")
     batch_size: int = setting(8, help="preference pairs per gradient step")
@@ -110,7 +124,16 @@ class TPOConfig:
         "smaller keeps rollouts near the deployed policy",
     )
     sft_weight: float = setting(
-        0.0, help="add this times ACT's L1 loss on the preferred trajectories (default 0: the paper's loss)"
+        0.01,
+        help="add this times the preferred trajectories' negative log-likelihood per step (RPO's anchor; 0: the "
+        "paper's loss)",
+    )
+    rollout_poses: str = setting(
+        "estimate",
+        choices=("estimate", "ground_truth"),
+        help="a policy on estimated object poses: what its rollouts read, the estimator's estimate from the sim's "
+        "frames or the sim's true poses in the estimate's layout (the evaluation that picks the returned policy "
+        "reads the estimate, as deployed)",
     )
     physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
     visaligner: str | None = setting(None, help="VisAligner model folder (observations rendered photoreal)")
@@ -134,6 +157,9 @@ class TPOConfig:
     )
     eval_workers: int = setting(
         1, help="processes that run the evaluation episodes (results do not change)", cache_key=False
+    )
+    rollout_workers: int = setting(
+        1, help="processes that run the rollouts, one torch thread each (results do not change)", cache_key=False
     )
     select: str = setting(
         "best",
@@ -164,6 +190,16 @@ class TPOConfig:
     def n_rollouts(self) -> int:
         return self.rollouts if self.rollouts is not None else 2 * self.pairs
 
+    def rollout_plan(self, iteration: int) -> list[tuple[int, int]]:
+        """Iteration ``iteration``'s rollouts as ``(reset seed, sample seed)``: ``rollouts_per_seed``
+        consecutive rollouts share a reset seed (``seed + 1000 * iteration + group``); every rollout draws
+        its noise from its own generator, so the rollouts do not depend on where they run."""
+        k = max(1, self.rollouts_per_seed)
+        return [
+            (self.seed + 1000 * iteration + i // k, self.seed * 1_000_003 + 7919 * iteration + i)
+            for i in range(self.n_rollouts())
+        ]
+
 
 @dataclass
 class Trajectory:
@@ -193,13 +229,30 @@ def tpo_loss(
     return -torch.nn.functional.logsigmoid(beta * margin).mean()
 
 
-def preference_pairs(scores, m: int) -> list[tuple[int, int]]:
+def preference_pairs(scores, m: int, min_gap: float = 0.0) -> list[tuple[int, int]]:
     """Indices ``(preferred, rejected)``: the i-th best trajectory with the i-th worst, top ``m`` vs
-    bottom ``m`` (``m`` is capped at half the trajectories). Ties keep rollout order."""
+    bottom ``m`` (``m`` is capped at half the trajectories), where the preferred one scores more than
+    ``min_gap`` higher. Ties keep rollout order."""
     order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: ties in rollout order
     m = min(m, len(scores) // 2)
     top, bottom = order[:m], order[::-1][:m]
-    return [(w, l) for w, l in zip(top, bottom) if scores[w] > scores[l]]
+    return [(w, l) for w, l in zip(top, bottom) if scores[w] > scores[l] + min_gap]
+
+
+def grouped_preference_pairs(scores, groups, m: int, min_gap: float = 0.0) -> list[tuple[int, int]]:
+    """Pairs within groups of rollouts from the same start state (``groups[i]``: rollout i's reset seed):
+    in each group the i-th best with the i-th worst, as :func:`preference_pairs`; of all of them the
+    ``m`` with the largest score gaps (ties in rollout order). Comparing rollouts of one start state
+    credits the actions: across start states the easy layouts would be preferred whatever was done."""
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    pairs = []
+    for idx in members.values():
+        local = preference_pairs([scores[i] for i in idx], len(idx), min_gap)
+        pairs += [(idx[w], idx[l_]) for w, l_ in local]
+    pairs.sort(key=lambda p: -(scores[p[0]] - scores[p[1]]))  # stable
+    return pairs[: max(0, m)]
 
 
 def laplace_log_prob(
@@ -214,8 +267,10 @@ def laplace_log_prob(
 class ACTLikelihood:
     """``log π(τ)`` of an ACT policy for stored trajectories (see the module docstring)."""
 
-    def __init__(self, policy, preprocessor, scale: float):
-        self.policy, self.pre, self.scale = policy, preprocessor, scale
+    def __init__(self, policy, preprocessor, scale: float, reduction: str = "sum"):
+        if reduction not in ("sum", "mean"):
+            raise ValueError(f"likelihood must be 'sum' or 'mean', got {reduction!r}")
+        self.policy, self.pre, self.scale, self.reduction = policy, preprocessor, scale, reduction
 
     def chunk_predictions(self, states, images: dict, actions, env_state=None):
         """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows.
@@ -237,15 +292,17 @@ class ACTLikelihood:
         k = actions_norm.shape[1]
         return actions_norm, predicted[:, :k]
 
-    def log_prob(self, traj: Trajectory, with_l1: bool = False):
-        """``log π(τ)``; with ``with_l1`` also the mean L1 error per executed action (ACT's own
-        training loss on this trajectory, normalised units)."""
+    def log_prob(self, traj: Trajectory, with_nll: bool = False):
+        """``log π(τ)`` (``reduction`` "mean": divided by the executed steps); with ``with_nll`` also the
+        negative log-likelihood per executed step (the anchor's term, whatever the reduction)."""
         a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions, traj.env_state)
         mask = traj.mask.to(a.device, torch.float32)
-        logp = laplace_log_prob(a, pred, mask, self.scale).sum()
-        if not with_l1:
+        steps = mask.sum().clamp(min=1.0)
+        total = laplace_log_prob(a, pred, mask, self.scale).sum()
+        logp = total / steps if self.reduction == "mean" else total
+        if not with_nll:
             return logp
-        return logp, ((a - pred).abs().mean(-1) * mask).sum() / mask.sum().clamp(min=1.0)
+        return logp, -total / steps
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -254,7 +311,7 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
     its Laplace policy; stores the query observations (with the pose estimate, for a policy that
     reads it) and the executed actions."""
     policy, k = agent.policy, agent.policy.config.n_action_steps
-    std = _action_std(agent)
+    std = agent.action_stats()[1]
     obs, info = env.reset(seed=seed)
     start_info = info
     states: list[torch.Tensor] = []
@@ -346,25 +403,20 @@ def _estimator_for_tpo(agent, cfg: TPOConfig) -> str | None:
 def _estimator_description(env, previous: dict | None) -> dict:
     """What a checkpoint records about the estimator its rollouts read, in the fields recording writes
     (folder, sha256, camera, frame size, output names)."""
-    from embodied_gym.wrappers.pose import PoseEstimateWrapper
+    from embodied_gym.wrappers.pose import GroundTruthPoseWrapper, PoseEstimateWrapper
 
     wrapper = env
-    while not isinstance(wrapper, PoseEstimateWrapper):
+    while not isinstance(wrapper, (PoseEstimateWrapper, GroundTruthPoseWrapper)):
         wrapper = wrapper.env
-    est = wrapper.estimator.config
     about = {k: v for k, v in (previous or {}).items() if k != "update"}  # the rollouts' own update rule
     about.update(wrapper.source or {})
+    if isinstance(wrapper, GroundTruthPoseWrapper):  # no camera rendered: the estimator's own frame size
+        est = wrapper.config
+        about.update(camera=est.camera, image_size=list(est.frame_size), names=list(est.output_names))
+        return about
+    est = wrapper.estimator.config
     about.update(camera=est.camera, image_size=list(env.unwrapped.image_size), names=list(est.output_names))
     return about
-
-
-def _action_std(agent) -> np.ndarray:
-    """The dataset's action std (the normaliser's), to turn normalised noise into joint units."""
-    for step in agent.post.steps:
-        stats = getattr(step, "stats", None)
-        if stats and F.ACTION in stats and "std" in stats[F.ACTION]:
-            return np.asarray(torch.as_tensor(stats[F.ACTION]["std"]).cpu(), dtype=np.float32)
-    raise RuntimeError("the policy's postprocessor has no action std; TPO needs a MEAN_STD-normalised ACT")
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -413,20 +465,33 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
         FileNotFoundError: the policy's pose estimator folder is missing.
     """
     run = _setup(cfg)
+    pool = None
     try:
         if cfg.eval_episodes and not any(row["iteration"] == 0 for row in run.log):
             reference = {"iteration": 0, "reference": str(run.reference_dir)}
             run.log.insert(0, {**reference, **_evaluate_in_sim(cfg, run.estimator, run.reference_dir)})
             _write_log(run.log_path, run.log)
+        if cfg.rollout_workers > 1 and run.start_iter < cfg.iterations:
+            from embodied_gym.processes import WorkerPool
+
+            spec = (cfg, str(run.reference_dir), run.estimator, run.task)
+            pool = WorkerPool(cfg.rollout_workers, _init_rollout_worker, spec, what="TPO rollout worker")
         for it in range(run.start_iter, cfg.iterations):
             t0 = time.time()
-            trajs = _collect_rollouts(run, it)
-            pairs = preference_pairs([t.score for t in trajs], cfg.pairs)
+            trajs = _collect_rollouts(run, it, pool)
+            pairs = _pairs(cfg, trajs)
             t_roll = time.time() - t0
             update = _update(run, it, trajs, pairs)
             row = _iteration_row(it, trajs, pairs, update, t_roll, time.time() - t0 - t_roll)
             _checkpoint(run, it, row)
+    except BaseException:
+        if pool is not None:
+            pool.close(finished=False)
+            pool = None
+        raise
     finally:
+        if pool is not None:
+            pool.close(finished=True)
         run.env.close()
     _write_selected(run.out, run.store, run.log, cfg, run.reference_dir, run.meta)
     return run.log
@@ -444,6 +509,12 @@ def _check_config(cfg: TPOConfig):
         raise ValueError(
             f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and {cfg.eval_workers}"
         )
+    if cfg.rollout_workers < 1 or cfg.rollouts_per_seed < 1:
+        raise ValueError(
+            f"rollout_workers and rollouts_per_seed must be >= 1, got {cfg.rollout_workers} and {cfg.rollouts_per_seed}"
+        )
+    if cfg.likelihood not in ("mean", "sum"):
+        raise ValueError(f"likelihood must be 'mean' or 'sum', got {cfg.likelihood!r}")
     env_id = embodied_gym.parse_env_id(cfg.env_id)
     if env_id.real:
         raise ValueError(
@@ -502,8 +573,8 @@ def _setup(cfg: TPOConfig) -> TPORun:
         optimizer=optimizer,
         generator=generator,
         meta=meta,
-        likelihood=ACTLikelihood(agent.policy, agent.pre, cfg.laplace_scale),
-        ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale),
+        likelihood=ACTLikelihood(agent.policy, agent.pre, cfg.laplace_scale, cfg.likelihood),
+        ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale, cfg.likelihood),
         noise=cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise,
         task=task,
     )
@@ -519,6 +590,8 @@ def _make_rollout_env(agent, cfg: TPOConfig, estimator: str | None):
         from embodied_gym.visaligner.pipeline import VisAlignerPipeline
 
         visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
+    if estimator is not None and cfg.rollout_poses == "ground_truth":
+        extra["pose_source"] = "ground_truth"
     return make_env_for(
         agent,
         require(cfg.env_id, "env_id"),
@@ -559,17 +632,66 @@ def _evaluate_in_sim(cfg: TPOConfig, estimator: str | None, policy_dir: Path) ->
     }
 
 
-def _collect_rollouts(run: TPORun, it: int) -> list[Trajectory]:
-    """Iteration ``it``'s rollouts of the current policy, sampling its Laplace policy (step 1)."""
+def _collect_rollouts(run: TPORun, it: int, pool=None) -> list[Trajectory]:
+    """Iteration ``it``'s rollouts of the current policy, sampling its Laplace policy (step 1): here, or
+    in ``pool``'s processes, which load the current policy from its checkpoint (π_ref's folder before
+    the first update)."""
     cfg = run.cfg
-    rng = np.random.default_rng(cfg.seed + 7919 * it)
+    plan = cfg.rollout_plan(it)
+    desc = f"tpo {it + 1}/{cfg.iterations} rollouts"
+    bar = progress_bar(range(len(plan)), progress=cfg.progress, desc=desc, unit="ep")
+    if pool is not None:
+        latest = run.store.latest()
+        policy_dir = str(latest.path / MODEL_DIR) if latest else str(run.reference_dir)
+        futures = [pool.submit(_worker_rollout, policy_dir, seed, run.noise, sample) for seed, sample in plan]
+        trajs = []
+        for future in futures:
+            trajs.append(pool.result(future))
+            bar.update()
+        bar.close()
+        return trajs
     run.agent.policy.eval()
     trajs = []
-    desc = f"tpo {it + 1}/{cfg.iterations} rollouts"
-    for i in progress_bar(range(cfg.n_rollouts()), progress=cfg.progress, desc=desc, unit="ep"):
+    for i in bar:
+        seed, sample = plan[i]
         run.agent.reset()
-        trajs.append(rollout(run.agent, run.env, run.task, cfg.seed + 1000 * it + i, run.noise, rng))
+        trajs.append(rollout(run.agent, run.env, run.task, seed, run.noise, np.random.default_rng(sample)))
     return trajs
+
+
+# One rollout worker process's env and current policy (see TPOConfig.rollout_workers).
+_ROLLOUT_WORKER: dict = {}
+
+
+def _init_rollout_worker(cfg: TPOConfig, reference_dir: str, estimator: str | None, task: str) -> None:
+    from multiprocessing import util
+
+    from embodied_gym.policies.agents import ACTAgent
+
+    torch.set_num_threads(1)  # one core per worker
+    agent = ACTAgent(reference_dir, device=cfg.device)
+    env = _make_rollout_env(agent, cfg, estimator)
+    _ROLLOUT_WORKER.update(agent=agent, env=env, policy_dir=reference_dir, task=task, device=cfg.device)
+    util.Finalize(None, env.close, exitpriority=10)
+
+
+def _worker_rollout(policy_dir: str, seed: int, noise: float, sample_seed: int) -> Trajectory:
+    from embodied_gym.policies.agents import ACTAgent
+
+    w = _ROLLOUT_WORKER
+    if w["policy_dir"] != policy_dir:  # a new iteration: its policy
+        w["agent"], w["policy_dir"] = ACTAgent(policy_dir, device=w["device"]), policy_dir
+    w["agent"].reset()
+    return rollout(w["agent"], w["env"], w["task"], seed, noise, np.random.default_rng(sample_seed))
+
+
+def _pairs(cfg: TPOConfig, trajs: list[Trajectory]) -> list[tuple[int, int]]:
+    """The iteration's (preferred, rejected) pairs (step 2): within each start state's rollouts, or
+    with ``rollouts_per_seed`` = 1 the paper's top-M vs bottom-M of all rollouts."""
+    scores = [t.score for t in trajs]
+    if cfg.rollouts_per_seed > 1:
+        return grouped_preference_pairs(scores, [t.seed for t in trajs], cfg.pairs, cfg.min_score_gap)
+    return preference_pairs(scores, cfg.pairs, cfg.min_score_gap)
 
 
 def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int, int]]) -> Update:
@@ -595,13 +717,13 @@ def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int
 def _preference_step(run: TPORun, trajs: list[Trajectory], ref_logp: list, chosen: list[tuple[int, int]]):
     """One gradient step on a batch of (preferred, rejected) pairs; returns its loss and mean margin."""
     cfg = run.cfg
-    won = [run.likelihood.log_prob(trajs[w], with_l1=True) for w, _ in chosen]
+    won = [run.likelihood.log_prob(trajs[w], with_nll=True) for w, _ in chosen]
     lw = torch.stack([x[0] for x in won])
     ll = torch.stack([run.likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
     rw = torch.stack([ref_logp[w] for w, _ in chosen])
     rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
     loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
-    if cfg.sft_weight:  # imitate the preferred trajectories too (RPO-style anchor)
+    if cfg.sft_weight:  # imitate the preferred trajectories too (RPO's anchor: their NLL per step)
         loss = loss + cfg.sft_weight * torch.stack([x[1] for x in won]).mean()
     run.optimizer.zero_grad()
     loss.backward()
@@ -617,6 +739,7 @@ def _iteration_row(it: int, trajs: list[Trajectory], pairs: list, update: Update
         "iteration": it + 1,
         "rollouts": len(trajs),
         "pairs": len(pairs),
+        "pairs_success_vs_failure": sum(trajs[w].success and not trajs[l_].success for w, l_ in pairs),
         "rollout_success_rate": float(np.mean([t.success for t in trajs])),
         "scores": scores,
         "score_mean": float(np.mean(scores)),

@@ -1,0 +1,201 @@
+"""RL in the aligned sim (issue: RL that lifts success on the robot): TPO recipes and the stable-baselines3
+residual baseline, each started from the same aligned-sim ACT policy of a finished demo run, trained in that
+run's calibrated sim, then evaluated on the stand-in robot on the same seeds as the policy they start from.
+
+Rows (each a policy folder under ``--out``; a row that finished is read, not rerun; each trainer resumes):
+
+- ``c``: the demo run's ``act_aligned`` (no training here);
+- ``tpo``: ``embodied-gym train tpo`` with the current defaults (pairs within a start state's rollouts,
+  per-step likelihood, anchor) at the sizes below;
+- ``tpo_paper``: the same budget with the paper's loss (top-M vs bottom-M of all rollouts, summed
+  likelihood, beta 0.1, no anchor);
+- ``tpo_truth`` (not run by default): the defaults, rollouts reading the sim's true object poses instead of
+  the estimate;
+- ``residual``: ``embodied-gym train residual`` (PPO), the same budget in env steps.
+
+The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/lerobot_W`` writes. Every TPO
+row: 3 iterations x 64 rollouts (16 start states x 4), 32 pairs, 10 epochs, rollout noise 0.05, and
+the best of the reference and its iterations by 50 greedy episodes in the calibrated sim. The residual:
+36,000 env steps (about the TPO rows' 3 x 64 episodes), 2 envs. On the stand-in every row reads the demo run's
+corrected pose estimator (as the demo evaluates the sim-trained policies), ``--episodes`` seeds from 100000.
+
+    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_default/demo --out runs/rl_default
+    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_world2/demo --out runs/rl_world2 \\
+        --robot-config embodied_gym/robots/stand_in_world2.yaml --rows tpo residual
+    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --report runs/rl_default   # tables of what finished
+
+Output: the tables on stdout (markdown), ``OUT/rl.json`` and ``OUT/rl.png`` (greedy in-sim success per TPO
+iteration, the stand-in rate of what each row returned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+TPO_SIZES = ["--iterations", "3", "--rollouts", "64", "--pairs", "32", "--epochs", "10", "--rollout-noise", "0.05"]
+TPO_ROWS = {
+    "tpo": [],
+    "tpo_paper": ["--rollouts-per-seed", "1", "--likelihood", "sum", "--beta", "0.1", "--sft-weight", "0"]
+    + ["--min-score-gap", "0"],
+    "tpo_truth": ["--rollout-poses", "ground_truth"],
+}
+RESIDUAL = ["--total-steps", "36000", "--n-envs", "2"]
+LABELS = {
+    "c": "(c) ACT, aligned sim",
+    "tpo": "(c) + TPO, this recipe",
+    "tpo_paper": "(c) + TPO, the paper's loss",
+    "tpo_truth": "(c) + TPO, rollouts on true poses",
+    "residual": "(c) + SB3 PPO residual",
+}
+
+
+def stage_outputs(run: Path, stage: str) -> dict:
+    return json.loads((run / stage / "stage.json").read_text())["outputs"]
+
+
+def train(row: str, run: Path, out: Path, task: str, workers: int) -> Path:
+    """Train one row (resumes; a finished run returns at once); returns its policy folder."""
+    policy = stage_outputs(run, "act_aligned")["policy"]
+    physics = stage_outputs(run, "calibrate")["result"]
+    folder = out / row
+    common = ["--policy", policy, "--env", f"EmbodieDreamer-{task}-v0", "--physics", physics]
+    common += [
+        "--pose-update",
+        "at_reset",
+        "--out",
+        str(folder),
+        "--eval-episodes",
+        "50",
+        "--eval-workers",
+        str(workers),
+    ]
+    if row == "residual":
+        cmd = [str(BIN / "embodied-gym"), "train", "residual", *common, *RESIDUAL]
+    else:
+        cmd = [str(BIN / "embodied-gym"), "train", "tpo", *common, *TPO_SIZES, *TPO_ROWS[row]]
+        cmd += ["--rollout-workers", str(workers), "--threads", str(workers)]
+    print("[rl] " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    return folder
+
+
+def evaluate_on_stand_in(policy: str, json_out: Path, run: Path, task: str, args) -> dict:
+    if not json_out.exists():
+        estimator = stage_outputs(run, "perception_offset").get("model")
+        cmd = [str(BIN / "embodied-gym"), "eval", "--policy", policy, "--env", f"EmbodieDreamer-{task}-Real-v0"]
+        cmd += ["--episodes", str(args.episodes), "--seed", "100000", "--pose-update", "at_reset"]
+        cmd += ["--workers", str(args.workers), "--out", str(json_out)]
+        cmd += ["--pose-estimator", estimator] if estimator else []
+        cmd += ["--robot-config", args.robot_config] if args.robot_config else []
+        print("[rl] " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+    return json.loads(json_out.read_text())
+
+
+def in_sim_curve(folder: Path) -> list[tuple[int, float]]:
+    log = folder / "tpo_log.jsonl"
+    if not log.exists():
+        return []
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return [(r["iteration"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
+
+
+def collect(out: Path, rows: list[str]) -> dict:
+    from embodied_gym.policies.evaluate import paired_comparison, successes_by_seed
+
+    results: dict = {}
+    evals = {r: json.loads((out / f"{r}.json").read_text()) for r in ["c", *rows] if (out / f"{r}.json").exists()}
+    for row, ev in evals.items():
+        entry: dict = {"stand_in": ev["success_rate"], "ci95": ev["ci95"], "episodes": ev["episodes"]}
+        entry["in_sim"] = in_sim_curve(out / row)
+        meta = out / row / "residual.json"
+        if meta.exists():
+            sim = json.loads(meta.read_text()).get("eval") or {}
+            entry["in_sim"] = [(0, sim["base"]["success_rate"]), (1, sim["residual"]["success_rate"])] if sim else []
+        if row != "c" and "c" in evals:
+            entry["vs_c"] = paired_comparison(successes_by_seed(ev), successes_by_seed(evals["c"])).to_json()
+        results[row] = entry
+    return results
+
+
+def print_tables(results: dict) -> None:
+    print(
+        "| row | stand-in success (95 % CI) | greedy in-sim success by iteration (0: (c)) | vs (c): only row / only (c) | exact McNemar p |"
+    )
+    print("|---|---|---|---|---|")
+    for row, r in results.items():
+        lo, hi = r["ci95"]
+        curve = " -> ".join(f"{100 * v:.0f}" for _, v in r["in_sim"]) or "-"
+        t = r.get("vs_c")
+        paired = f"{t['only_a']} / {t['only_b']} | {t['p_value']:.3g}" if t else "- | -"
+        print(
+            f"| {LABELS.get(row, row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), n = {r['episodes']} | {curve} | {paired} |"
+        )
+
+
+def plot(results: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embodied_gym.atomic import save_figure
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for row, r in results.items():
+        if row.startswith("tpo") and r["in_sim"]:
+            a1.plot(*zip(*r["in_sim"]), "o-", label=LABELS[row])
+    a1.set(xlabel="TPO iteration (0: (c))", ylabel="greedy success, calibrated sim (50 episodes)", ylim=(0, 1.02))
+    a1.legend(fontsize=7)
+    names = list(results)
+    a2.bar(range(len(names)), [results[n]["stand_in"] for n in names], color="#4c78a8")
+    lo = [results[n]["stand_in"] - results[n]["ci95"][0] for n in names]
+    hi = [results[n]["ci95"][1] - results[n]["stand_in"] for n in names]
+    a2.errorbar(range(len(names)), [results[n]["stand_in"] for n in names], yerr=[lo, hi], fmt="none", color="k")
+    a2.set_xticks(range(len(names)), [LABELS[n].replace(", ", ",\n") for n in names], fontsize=6)
+    a2.set(ylabel="success on the stand-in (same seeds)", ylim=(0, 1.02))
+    fig.tight_layout()
+    save_figure(fig, png)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--run", help="a finished demo run folder of one task (with act_aligned, calibrate, perception_offset)"
+    )
+    p.add_argument("--out", required=True, help="this benchmark's folder")
+    p.add_argument("--task", default="PickCup")
+    p.add_argument("--robot-config", help="the stand-in world the demo ran against (default: the shipped one)")
+    p.add_argument(
+        "--rows", nargs="+", default=["tpo", "tpo_paper", "residual"], choices=[*TPO_ROWS, "residual"], help="rows"
+    )
+    p.add_argument("--episodes", type=int, default=100, help="stand-in evaluation episodes (paired seeds)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--report", action="store_true", help="only print the tables of what finished under --out")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        if not args.run:
+            p.error("--run is required (or --report)")
+        run = Path(args.run)
+        evaluate_on_stand_in(stage_outputs(run, "act_aligned")["policy"], out / "c.json", run, args.task, args)
+        for row in args.rows:
+            folder = train(row, run, out, args.task, args.workers)
+            evaluate_on_stand_in(str(folder), out / f"{row}.json", run, args.task, args)
+    results = collect(out, args.rows)
+    from embodied_gym import atomic
+
+    atomic.write_json(out / "rl.json", results)
+    print_tables(results)
+    plot(results, out / "rl.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
