@@ -105,6 +105,28 @@ def in_sim_curve(folder: Path) -> list[tuple[int, float]]:
     return [(r["iteration"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
 
 
+def lost_seeds(row: dict, c: dict) -> dict:
+    """Where a row lost against (c): on the seeds only (c) solved and on those both solved, the mean reset-frame
+    estimate error (cm, the stand-in's own measure) and how many of the lost ones the row grasped."""
+    import numpy as np
+
+    mine = {e["seed"]: e for e in row["per_episode"]}
+    theirs = {e["seed"]: e for e in c["per_episode"]}
+    only_c = [s for s, e in theirs.items() if e["success"] and not mine[s]["success"]]
+    both = [s for s, e in theirs.items() if e["success"] and mine[s]["success"]]
+
+    def error(seeds):
+        errors = [theirs[s].get("reset_pose_error_cm") for s in seeds]
+        return None if not seeds or None in errors else float(np.mean(errors))
+
+    return {
+        "only_c": len(only_c),
+        "only_c_grasped": sum(bool(mine[s].get("grasped")) for s in only_c),
+        "only_c_reset_error_cm": error(only_c),
+        "both_reset_error_cm": error(both),
+    }
+
+
 def collect(out: Path, rows: list[str]) -> dict:
     from embodied_gym.policies.evaluate import paired_comparison, successes_by_seed
 
@@ -119,22 +141,33 @@ def collect(out: Path, rows: list[str]) -> dict:
             entry["in_sim"] = [(0, sim["base"]["success_rate"]), (1, sim["residual"]["success_rate"])] if sim else []
         if row != "c" and "c" in evals:
             entry["vs_c"] = paired_comparison(successes_by_seed(ev), successes_by_seed(evals["c"])).to_json()
+            entry["lost"] = lost_seeds(ev, evals["c"])
         results[row] = entry
     return results
 
 
 def print_tables(results: dict) -> None:
     print(
-        "| row | stand-in success (95 % CI) | greedy in-sim success by iteration (0: (c)) | vs (c): only row / only (c) | exact McNemar p |"
+        "| row | stand-in success (95 % CI) | greedy in-sim success by iteration (0: (c)) | vs (c): only row / "
+        "only (c) | exact McNemar p | of the seeds only (c) solved: grasped by the row | reset-frame estimate "
+        "error (cm), seeds only (c) solved / both solved |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for row, r in results.items():
         lo, hi = r["ci95"]
         curve = " -> ".join(f"{100 * v:.0f}" for _, v in r["in_sim"]) or "-"
-        t = r.get("vs_c")
+        t, lost = r.get("vs_c"), r.get("lost")
         paired = f"{t['only_a']} / {t['only_b']} | {t['p_value']:.3g}" if t else "- | -"
+        if lost and lost["only_c"]:
+            err = lost["only_c_reset_error_cm"], lost["both_reset_error_cm"]
+            where = f"{lost['only_c_grasped']} of {lost['only_c']} | " + " / ".join(
+                "-" if e is None else f"{e:.2f}" for e in err
+            )
+        else:
+            where = "- | -"
         print(
-            f"| {LABELS.get(row, row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), n = {r['episodes']} | {curve} | {paired} |"
+            f"| {LABELS.get(row, row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), "
+            f"n = {r['episodes']} | {curve} | {paired} | {where} |"
         )
 
 
@@ -159,6 +192,7 @@ def plot(results: dict, png: Path) -> None:
     a2.errorbar(range(len(names)), [results[n]["stand_in"] for n in names], yerr=[lo, hi], fmt="none", color="k")
     a2.set_xticks(range(len(names)), [LABELS[n].replace(", ", ",\n") for n in names], fontsize=6)
     a2.set(ylabel="success on the stand-in (same seeds)", ylim=(0, 1.02))
+    fig.suptitle(f"{png.parent.name}: TPO and the SB3 residual from one aligned-sim ACT", fontsize=9)
     fig.tight_layout()
     save_figure(fig, png)
 
