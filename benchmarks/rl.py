@@ -143,6 +143,11 @@ def collect(out: Path, rows: list[str]) -> dict:
             entry["vs_c"] = paired_comparison(successes_by_seed(ev), successes_by_seed(evals["c"])).to_json()
             entry["lost"] = lost_seeds(ev, evals["c"])
         results[row] = entry
+    if "residual" in evals:  # the library baseline against each TPO row, same seeds
+        for row in [r for r in evals if r.startswith("tpo")]:
+            results["residual"][f"vs_{row}"] = paired_comparison(
+                successes_by_seed(evals["residual"]), successes_by_seed(evals[row])
+            ).to_json()
     return results
 
 
@@ -169,6 +174,13 @@ def print_tables(results: dict) -> None:
             f"| {LABELS.get(row, row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), "
             f"n = {r['episodes']} | {curve} | {paired} | {where} |"
         )
+    for key, t in results.get("residual", {}).items():
+        if key.startswith("vs_tpo"):
+            print(
+                f"\n{LABELS['residual']} vs {LABELS[key[3:]]}, same seeds: {100 * t['rate_a']:.0f} % vs "
+                f"{100 * t['rate_b']:.0f} %, only the residual / only TPO {t['only_a']} / {t['only_b']}, exact "
+                f"McNemar p = {t['p_value']:.3g}"
+            )
 
 
 def plot(results: dict, png: Path) -> None:
