@@ -10,13 +10,21 @@ from embodied_gym.demo.cache import StageCache
 from embodied_gym.demo.configuration import load_config
 from embodied_gym.demo.stages import STAGE_NAMES, STAGES
 
+#: the smoke run also trains the RL baseline (the smoke profile alone evaluates what the quick profile does)
+WITH_RESIDUAL = ["--evaluate.policies", "expert", "act_stand_in", "act_aligned", "tpo", "residual"]
+
+
+def smoke_demo(runs, name: str, *extra: str) -> int:
+    """``demo --profile smoke`` into RUNS/NAME, the RL baseline included."""
+    from embodied_gym.cli import main
+
+    return main(["demo", "--profile", "smoke", "--runs", str(runs), "--name", name, *WITH_RESIDUAL, *extra])
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    from embodied_gym.cli import main
-
     run = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--profile", "smoke", "--runs", str(run), "--name", "s"]) == 0
+    assert smoke_demo(run, "s") == 0
     return run / "s"
 
 
@@ -81,14 +89,10 @@ def test_demo_writes_every_artefact_and_names_every_stage(smoke_run):
 
 
 def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
-    from embodied_gym.cli import main
-
-    assert main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s"]) == 0
+    assert smoke_demo(smoke_run.parent, "s") == 0
     stages = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
     assert all(s["cached"] for s in stages.values())
-    assert (
-        main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s", "--from", "evaluate"]) == 0
-    )
+    assert smoke_demo(smoke_run.parent, "s", "--from", "evaluate") == 0
     stages = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
     assert [n for n, s in stages.items() if not s["cached"]] == ["evaluate"]
 
@@ -96,10 +100,7 @@ def test_second_run_skips_cached_stages_and_from_reruns(smoke_run):
     # its recorded demonstrations (3 in the smoke profile) instead of evaluating it again
     override = smoke_run.parent / "no_expert.yaml"
     override.write_text("evaluate: {expert: false}\n")
-    assert (
-        main(["demo", "--profile", "smoke", "--runs", str(smoke_run.parent), "--name", "s", "--config", str(override)])
-        == 0
-    )
+    assert smoke_demo(smoke_run.parent, "s", "--config", str(override)) == 0
     summary = json.loads((smoke_run / "summary.json").read_text())["tasks"]["PickCup"]
     assert [n for n, s in summary["stages"].items() if not s["cached"]] == ["evaluate"]
     expert = summary["evaluation"]["expert"]

@@ -500,7 +500,7 @@ def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tm
 
     out, _, _ = tiny_act
     base = dict(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", iterations=1, rollouts=4, rollouts_per_seed=2)
-    base.update(pairs=4, min_score_gap=0.0, epochs=2, lr=1e-5, eval_episodes=0, max_episode_steps=15, progress=False)
+    base.update(pairs=4, min_score_gap=0.0, epochs=2, lr=1e-5, eval_episodes=0, max_episode_steps=12, progress=False)
     run = tpo._setup(TPOConfig(out=str(tmp_path / "one"), **base))
     trajs = tpo._collect_rollouts(run, 0)
     run.env.close()
