@@ -38,6 +38,7 @@ import numpy as np
 from embodied_gym import atomic
 from embodied_gym.configs import require, setting
 from embodied_gym.perception.pose_entry import KEY
+from embodied_gym.progress import on_terminal
 
 #: the file in a residual policy folder that names its base policy (what :func:`load_residual` looks for)
 RESIDUAL_META = "residual.json"
@@ -259,7 +260,7 @@ def train_residual(cfg: ResidualRLConfig) -> dict:
                 cfg.total_steps - done,
                 callback=Checkpoint(),
                 reset_num_timesteps=done == 0,
-                progress_bar=cfg.progress and _on_terminal(),
+                progress_bar=cfg.progress and on_terminal(),
             )
             _save_checkpoint(model, out, cfg.total_steps)
     finally:
@@ -315,12 +316,6 @@ def _save_checkpoint(model, out: Path, steps: int) -> None:
     with atomic.atomic_path(out / "checkpoint.zip") as tmp:
         model.save(tmp)
     atomic.write_json(out / "checkpoint.json", {"steps": int(steps)})
-
-
-def _on_terminal() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
 
 
 def _evaluate(cfg: ResidualRLConfig, policy: str) -> dict:
