@@ -24,6 +24,7 @@ evaluates only its own policies. Every run resumes stage by stage like the demo.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks all --worlds default world2   # hours
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PickCup --worlds default --seeds 0
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PenInCup --worlds default --rows a b c  # no RL
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --report runs/bench/policies   # tables of what ran
 
 Any other flag goes to every demo run (``--act.steps 16000``, ``--config FILE``). Output: the tables on
@@ -61,22 +62,25 @@ def run_folder(runs: Path, world: str, task: str, seed: int) -> Path:
     return runs / world / task / f"seed{seed}"
 
 
-def demo_args(task: str, world: str, seed: int, first_seed: int, runs: Path) -> list[str]:
-    """The demo's command line for one (task, world, training seed) run."""
+def demo_args(task: str, world: str, seed: int, first_seed: int, runs: Path, rows: list[str]) -> list[str]:
+    """The demo's command line for one (task, world, training seed) run of the given rows."""
     folder = run_folder(runs, world, task, seed)
     args = ["demo", "--profile", "benchmark", "--tasks", task, "--runs", str(folder.parent), "--name", folder.name]
     args += ["--act.seed", str(seed)]
     robot_config = WORLDS[world]
     if robot_config:
         args += ["--robot-config", robot_config]
-    if seed != first_seed:  # row (b) once; the rest is read from the first seed's run
-        args += ["--no-nominal-sim", "--reuse", str(run_folder(runs, world, task, first_seed))]
-        seeded = [ROWS[r] for r in SEEDED_ROWS]
-        args += ["--evaluate.policies", *seeded]
-        args += ["--evaluate.in-sim", *seeded]
-        args += ["--evaluate.in-nominal-sim", *seeded]
-        args += ["--evaluate.comparisons", "act_aligned,act_stand_in", "tpo,act_aligned", "residual,act_aligned"]
-    return args
+    first = seed == first_seed
+    if not first:  # row (b) once; the rest is read from the first seed's run
+        args += ["--reuse", str(run_folder(runs, world, task, first_seed))]
+    run_rows = [r for r in rows if first or r in SEEDED_ROWS]
+    if "b" not in run_rows:
+        args += ["--no-nominal-sim"]
+    policies = [ROWS[r] for r in run_rows]
+    args += ["--evaluate.policies", *(["expert"] if first else []), *policies]
+    args += ["--evaluate.in-sim", *policies, "--evaluate.in-nominal-sim", *policies]
+    pairs = [f"{ROWS[a]},{ROWS[b]}" for a, b in TESTS if a in run_rows and b in run_rows]
+    return args + (["--evaluate.comparisons", *pairs] if pairs else [])
 
 
 def outcomes(entry: dict) -> dict[int, bool]:
@@ -250,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", nargs="+", default=["PickCup"], help=f"tasks, or all ({', '.join(TASKS)})")
     p.add_argument("--worlds", nargs="+", default=["default", "world2"], choices=list(WORLDS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds of rows a and c")
+    p.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), help="rows to run (default: every row)")
     p.add_argument("--report", action="store_true", help="only print the tables of the runs that finished")
     args, passed = p.parse_known_args(argv)
     tasks = list(TASKS) if args.tasks == ["all"] else args.tasks
@@ -263,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         for world in args.worlds:
             for task in tasks:
                 for seed in args.seeds:
-                    rc = cli([*demo_args(task, world, seed, args.seeds[0], runs), *passed])
+                    rc = cli([*demo_args(task, world, seed, args.seeds[0], runs, args.rows), *passed])
                     if rc:
                         return rc
     results = collect(runs, tasks, args.worlds, args.seeds)

@@ -34,10 +34,10 @@ def pose_entry(tmp_path_factory):
     return dict(pose_estimator=str(est), pose_source="ground_truth", pose_update="at_reset", obs_type="state")
 
 
-def _success(policy, kwargs) -> float:
+def _success(policy, kwargs, episodes: int = EVAL_EPISODES) -> float:
     env = make_env(SIM, **kwargs)
     try:
-        return evaluate(policy, env, episodes=EVAL_EPISODES, seed=EVAL_SEED, progress=False).success_rate
+        return evaluate(policy, env, episodes=episodes, seed=EVAL_SEED, progress=False).success_rate
     finally:
         env.close()
 
@@ -61,7 +61,8 @@ def test_act_learns_pick_cup_from_expert_demos(pose_entry, tmp_path):
     trained = train_act(ACTTrainConfig(out=str(tmp_path / "trained"), steps=STEPS, save_every=STEPS, **common))
     assert np.isfinite(trained.final_loss) and trained.final_loss < untrained.final_loss / 5
 
-    rate_untrained = _success(load_agent(str(tmp_path / "untrained")), pose_entry)
+    # a failing episode runs to the time limit: a few show the untrained policy's 0 %
+    rate_untrained = _success(load_agent(str(tmp_path / "untrained")), pose_entry, episodes=4)
     rate_trained = _success(load_agent(str(tmp_path / "trained")), pose_entry)
     assert rate_untrained == 0.0
     # the scripted expert succeeds on every seed; the floor is well below what this run measured (75 %), and
