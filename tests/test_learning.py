@@ -19,7 +19,7 @@ from embodied_gym.recording.parallel import record_expert_demos
 
 SIM = "EmbodieDreamer-PickCup-v0"
 DEMOS = 30
-STEPS = 3000
+STEPS = 2000
 EVAL_EPISODES = 20
 EVAL_SEED = 10_000  # far from the training seeds 0..DEMOS-1
 
@@ -65,6 +65,6 @@ def test_act_learns_pick_cup_from_expert_demos(pose_entry, tmp_path):
     rate_untrained = _success(load_agent(str(tmp_path / "untrained")), pose_entry, episodes=4)
     rate_trained = _success(load_agent(str(tmp_path / "trained")), pose_entry)
     assert rate_untrained == 0.0
-    # the scripted expert succeeds on every seed; the floor is well below what this run measured (75 %), and
-    # far above the untrained policy's 0 %
+    # the scripted expert succeeds on every seed; the floor sits well below what these steps reach here and far
+    # above the untrained policy's 0 %
     assert rate_trained >= 0.4, f"ACT after {STEPS} steps: {rate_trained:.0%} on {EVAL_EPISODES} sim episodes"
