@@ -1,11 +1,14 @@
-"""Local worker processes, started one way everywhere.
+"""Worker processes, started one way everywhere.
 
-Recording (:mod:`embodied_gym.data.parallel`), evaluation (:func:`embodied_gym.policies.evaluate.evaluate_policy`),
-the pose estimator's training frames (:func:`embodied_gym.perception.data.generate_frames`) and the demo's
-background stage run work in other processes. Each process is started with ``spawn`` (MuJoCo's OpenGL
-context and torch's threads do not survive ``fork``; ``MUJOCO_GL`` is inherited), ignores Ctrl-C (it reaches
-the whole process group: the parent stops its workers) and exits once its parent is gone (a parent killed
-by SIGTERM or SIGKILL runs no clean-up).
+Recording (:mod:`embodied_gym.recording.parallel`), evaluation (:func:`embodied_gym.policies.evaluate.evaluate_policy`),
+TPO's rollouts (:mod:`embodied_gym.policies.tpo`), the pose estimator's training frames
+(:func:`embodied_gym.perception.data.generate_frames`) and the demo's background stage run work in other
+processes. :class:`WorkerPool` starts local processes with ``spawn`` (MuJoCo's OpenGL context and torch's
+threads do not survive ``fork``; ``MUJOCO_GL`` is inherited); each ignores Ctrl-C (it reaches the whole
+process group: the parent stops its workers) and exits once its parent is gone (a parent killed by SIGTERM
+or SIGKILL runs no clean-up). :class:`RayWorkerPool` runs the same jobs as Ray tasks (``backend="ray"``:
+``pip install 'embodied-gym[ray]'``), on a local Ray instance it starts, or on the one the caller
+started with ``ray.init`` (a cluster's, say); :func:`worker_pool` picks one by name.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WorkerPool", "cpu_count", "exit_with_parent"]
+__all__ = ["BACKENDS", "RayWorkerPool", "WorkerPool", "cpu_count", "exit_with_parent", "import_ray", "worker_pool"]
+
+BACKENDS = ("local", "ray")
+"""Where :func:`worker_pool` runs the jobs: local processes, or Ray tasks."""
 
 
 def cpu_count() -> int:
@@ -105,3 +111,107 @@ class WorkerPool:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(finished=exc_type is None)
+
+
+def import_ray():
+    """Ray, or an error that says how to install it (``pip install 'embodied-gym[ray]'``)."""
+    from embodied_gym.errors import UserInputError
+
+    try:
+        import ray
+    except ImportError as e:
+        raise UserInputError(
+            f"backend='ray' (--backend ray) needs Ray, which cannot be imported here "
+            f"({type(e).__name__}: {e}); install it with pip install 'embodied-gym[ray]', or "
+            f"use backend='local' (--backend local)"
+        ) from None
+    return ray
+
+
+# This Ray worker process's set-up: the (initializer, initargs) it last ran. Ray reuses its worker
+# processes across tasks, so a process runs an initializer once, not once per job.
+_RAY_SETUP: dict = {}
+
+
+def _ray_job(initializer: Callable[..., None] | None, initargs: tuple, fn: Callable, *args: Any) -> Any:
+    if initializer is not None and _RAY_SETUP.get("key") != (initializer, initargs):
+        initializer(*initargs)
+        _RAY_SETUP["key"] = (initializer, initargs)
+    return fn(*args)
+
+
+class RayWorkerPool:
+    """:class:`WorkerPool`'s interface on Ray tasks of one CPU each: each worker process runs
+    ``initializer(*initargs)`` before its first job (again if another pool's differ). Starts a local Ray
+    instance of ``workers`` CPUs (no dashboard, nothing beyond localhost) unless the caller started one,
+    and shuts down only the one it started; the caller's signal handlers (Ray installs its own) come
+    back at :meth:`close`."""
+
+    def __init__(
+        self, workers: int, initializer: Callable[..., None] | None = None, initargs: tuple = (), what: str = "worker"
+    ):
+        import signal
+
+        ray = self.ray = import_ray()
+        self.what = what
+        self.started = not ray.is_initialized()
+        self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        if self.started:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        self.remote = ray.remote(num_cpus=1)(_ray_job)
+        self.setup = (initializer, initargs)
+        self.pending: set = set()
+
+    def submit(self, fn: Callable, *args: Any):
+        ref = self.remote.remote(*self.setup, fn, *args)
+        self.pending.add(ref)
+        return ref
+
+    def result(self, ref) -> Any:
+        try:
+            out = self.ray.get(ref)
+        except self.ray.exceptions.RayError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):  # the job's own error, as WorkerPool raises it
+                raise cause from None
+            raise RuntimeError(f"a {self.what} Ray task failed: {e}") from e
+        self.pending.discard(ref)
+        return out
+
+    def close(self, finished: bool) -> None:
+        try:
+            for ref in self.pending:  # interrupted: drop the queued work
+                self.ray.cancel(ref, force=True)
+        finally:
+            if self.started:
+                self.ray.shutdown()
+            import signal
+            import threading
+
+            if threading.current_thread() is threading.main_thread():
+                for sig, handler in self._handlers.items():
+                    if handler is not None:
+                        signal.signal(sig, handler)
+
+    def __enter__(self) -> RayWorkerPool:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(finished=exc_type is None)
+
+
+def worker_pool(
+    backend: str,
+    workers: int,
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+    what: str = "worker",
+) -> WorkerPool | RayWorkerPool:
+    """A :class:`WorkerPool` (``backend`` "local") or a :class:`RayWorkerPool` ("ray") of ``workers``."""
+    from embodied_gym.errors import UserInputError
+
+    if backend == "local":
+        return WorkerPool(workers, initializer, initargs, what)
+    if backend == "ray":
+        return RayWorkerPool(workers, initializer, initargs, what)
+    raise UserInputError(f"unknown backend {backend!r}; valid: {', '.join(map(repr, BACKENDS))}")

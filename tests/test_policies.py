@@ -26,7 +26,7 @@ from embodied_gym.policies.tpo import (
     tpo_loss,
     train_tpo,
 )
-from embodied_gym.processes import WorkerPool
+from embodied_gym.processes import BACKENDS, worker_pool
 
 TINY = dict(
     dim_model=32,
@@ -395,6 +395,16 @@ def test_tpo_zero_gradient_at_reference_and_right_sign_on_act(tiny_act):
     grads = [p.grad for p in agent.policy.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().max()) < 1e-10 for g in grads)
 
+    # One forward pass over both trajectories gives each its own likelihood and per-step NLL (the update's
+    # batched path): ACT's query steps do not see each other in eval mode.
+    with torch.no_grad():
+        both, nll_both = lik.log_probs([t1, t2], with_nll=True)
+        apart = [lik.log_prob(t, with_nll=True) for t in (t1, t2)]
+    assert float(both[0]) != pytest.approx(float(both[1]), rel=1e-3)
+    for i, (logp_i, nll_i) in enumerate(apart):
+        assert float(both[i]) == pytest.approx(float(logp_i), rel=1e-5)
+        assert float(nll_both[i]) == pytest.approx(float(nll_i), rel=1e-5)
+
     # Distinct trajectories: a gradient step on the loss raises the margin (right sign).
     opt = torch.optim.SGD(agent.policy.parameters(), lr=1e-4)
     r1, r2 = ref.log_prob(t1).detach(), ref.log_prob(t2).detach()
@@ -480,6 +490,10 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
         torch.testing.assert_close(v, weights[k])
     with pytest.raises(ValueError, match="sim id"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
+    with pytest.raises(ValueError, match="backend must be one of 'local', 'ray', got 'dask'"):
+        train_tpo(
+            TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "t4"), backend="dask")
+        )
     with pytest.raises(ValueError, match="does not read estimated object poses"):
         train_tpo(
             TPOConfig(
@@ -495,7 +509,7 @@ def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tm
     """One iteration (pairs within a start state's rollouts, per-step likelihood): against π_ref, the margin
     between preferred and rejected trajectories grows with the default anchor, and with the anchor at
     weight 1 the preferred trajectories gain log-likelihood while the rejected ones lose it. The rollouts
-    run in two processes and give the trajectories one process gives."""
+    run in two processes, or on Ray, and give the trajectories one process gives."""
     from embodied_gym.policies import tpo
 
     out, _, _ = tiny_act
@@ -507,14 +521,16 @@ def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tm
     pairs = tpo._pairs(run.cfg, trajs)
     assert pairs and all(trajs[w].seed == trajs[l_].seed for w, l_ in pairs)
 
-    two = TPOConfig(out=str(tmp_path / "two"), rollout_workers=2, **base)
-    run2 = tpo._setup(two)
-    with WorkerPool(2, tpo._init_rollout_worker, (two, str(run2.reference_dir), None, "PickCup")) as pool:
-        parallel = tpo._collect_rollouts(run2, 0, pool)
-    run2.env.close()
-    assert [t.seed for t in parallel] == [t.seed for t in trajs]
-    for a, b in zip(parallel, trajs):
-        torch.testing.assert_close(a.actions, b.actions, atol=1e-5, rtol=0)
+    for backend in BACKENDS:  # two local processes, then two Ray tasks at a time (--backend ray)
+        two = TPOConfig(out=str(tmp_path / backend), rollout_workers=2, backend=backend, **base)
+        run2 = tpo._setup(two)
+        spec = (two, str(run2.reference_dir), None, "PickCup")
+        with worker_pool(backend, 2, tpo._init_rollout_worker, spec, what="TPO rollout worker") as pool:
+            parallel = tpo._collect_rollouts(run2, 0, pool)
+        run2.env.close()
+        assert [t.seed for t in parallel] == [t.seed for t in trajs], backend
+        for a, b in zip(parallel, trajs):
+            torch.testing.assert_close(a.actions, b.actions, atol=1e-5, rtol=0)
 
     def gains(sft_weight: float) -> tuple[float, float]:
         """Mean change of log π(τ_w) and log π(τ_l) over the pairs after one update from π_ref."""

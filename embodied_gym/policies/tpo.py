@@ -24,7 +24,8 @@ at step ``s + j`` is element ``j`` of the chunk predicted at ``o_s``, and that e
 ``log π(τ)`` sums over every executed step. Rollouts *sample* this policy (Laplace noise of scale
 ``b`` added to each executed action in normalised units): a deterministic rollout would make every
 executed action equal to ``â`` and the L1 likelihood's gradient zero. ``â`` is computed with ACT's
-inference path (latent zero, dropout off) and gradients on.
+inference path (latent zero, dropout off) and gradients on, in one forward pass over every query step of
+a gradient step's trajectories (:meth:`ACTLikelihood.log_probs`).
 
 **Policies on estimated object poses.** An ACT policy with the ``observation.environment_state``
 input (trained on a dataset recorded with ``--pose-estimator``) rolls out in the sim env wrapped with
@@ -84,6 +85,7 @@ from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, make_optimizer, save_checkpoint
 from embodied_gym.policies.act.checkpoints import MODEL_DIR
 from embodied_gym.policies.scoring import target_distance, trajectory_score
+from embodied_gym.processes import BACKENDS, import_ray, worker_pool
 from embodied_gym.progress import progress_bar, report
 
 
@@ -160,6 +162,14 @@ class TPOConfig:
     )
     rollout_workers: int = setting(
         1, help="processes that run the rollouts, one torch thread each (results do not change)", cache_key=False
+    )
+    backend: str = setting(
+        "local",
+        choices=BACKENDS,
+        help="where the rollouts run: local processes (rollout_workers > 1), or Ray tasks of one CPU "
+        "each, on a local Ray instance of rollout_workers CPUs or the one the caller started (whose "
+        "workers must see the run folder; pip install 'embodied-gym[ray]'); results do not change",
+        cache_key=False,
     )
     select: str = setting(
         "best",
@@ -295,14 +305,32 @@ class ACTLikelihood:
     def log_prob(self, traj: Trajectory, with_nll: bool = False):
         """``log π(τ)`` (``reduction`` "mean": divided by the executed steps); with ``with_nll`` also the
         negative log-likelihood per executed step (the anchor's term, whatever the reduction)."""
-        a, pred = self.chunk_predictions(traj.states, traj.images, traj.actions, traj.env_state)
-        mask = traj.mask.to(a.device, torch.float32)
-        steps = mask.sum().clamp(min=1.0)
-        total = laplace_log_prob(a, pred, mask, self.scale).sum()
+        out = self.log_probs([traj], with_nll)
+        return (out[0][0], out[1][0]) if with_nll else out[0]
+
+    def log_probs(self, trajs: list[Trajectory], with_nll: bool = False):
+        """:meth:`log_prob` of several trajectories from one forward pass over all their query steps: (N,)
+        (and the (N,) NLLs per step with ``with_nll``). ACT's query steps are independent samples in
+        eval mode, so this equals one pass per trajectory and spends the time in a few large matrix
+        products instead of many small ones."""
+        if not trajs:
+            raise ValueError("log_probs needs at least one trajectory")
+        has_state = [t.env_state is not None for t in trajs]
+        if any(has_state) and not all(has_state):
+            raise ValueError("some trajectories carry a pose estimate (env_state) and some do not")
+        images = {k: torch.cat([t.images[k] for t in trajs]) for k in trajs[0].images}
+        env_state = torch.cat([t.env_state for t in trajs]) if all(has_state) else None  # type: ignore[misc]
+        actions = torch.cat([t.actions for t in trajs])
+        a, pred = self.chunk_predictions(torch.cat([t.states for t in trajs]), images, actions, env_state)
+        mask = torch.cat([t.mask for t in trajs]).to(a.device, torch.float32)
+        owner = torch.repeat_interleave(
+            torch.arange(len(trajs), device=a.device), torch.tensor([len(t.states) for t in trajs], device=a.device)
+        )
+        per_query = laplace_log_prob(a, pred, mask, self.scale)
+        total = torch.zeros(len(trajs), dtype=per_query.dtype, device=a.device).index_add(0, owner, per_query)
+        steps = torch.zeros_like(total).index_add(0, owner, mask.sum(-1)).clamp(min=1.0)
         logp = total / steps if self.reduction == "mean" else total
-        if not with_nll:
-            return logp
-        return logp, -total / steps
+        return (logp, -total / steps) if with_nll else logp
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -471,11 +499,9 @@ def train_tpo(cfg: TPOConfig) -> list[dict]:
             reference = {"iteration": 0, "reference": str(run.reference_dir)}
             run.log.insert(0, {**reference, **_evaluate_in_sim(cfg, run.estimator, run.reference_dir)})
             _write_log(run.log_path, run.log)
-        if cfg.rollout_workers > 1 and run.start_iter < cfg.iterations:
-            from embodied_gym.processes import WorkerPool
-
+        if (cfg.rollout_workers > 1 or cfg.backend == "ray") and run.start_iter < cfg.iterations:
             spec = (cfg, str(run.reference_dir), run.estimator, run.task)
-            pool = WorkerPool(cfg.rollout_workers, _init_rollout_worker, spec, what="TPO rollout worker")
+            pool = worker_pool(cfg.backend, cfg.rollout_workers, _init_rollout_worker, spec, what="TPO rollout worker")
         for it in range(run.start_iter, cfg.iterations):
             t0 = time.time()
             trajs = _collect_rollouts(run, it, pool)
@@ -509,6 +535,10 @@ def _check_config(cfg: TPOConfig):
         raise ValueError(
             f"eval_episodes must be >= 0 and eval_workers >= 1, got {cfg.eval_episodes} and {cfg.eval_workers}"
         )
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {cfg.backend!r}")
+    if cfg.backend == "ray":
+        import_ray()  # says how to install it, before anything runs
     if cfg.rollout_workers < 1 or cfg.rollouts_per_seed < 1:
         raise ValueError(
             f"rollout_workers and rollouts_per_seed must be >= 1, got {cfg.rollout_workers} and {cfg.rollouts_per_seed}"
@@ -697,8 +727,9 @@ def _pairs(cfg: TPOConfig, trajs: list[Trajectory]) -> list[tuple[int, int]]:
 def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int, int]]) -> Update:
     """``cfg.epochs`` passes of the preference loss over ``pairs`` (step 3)."""
     cfg = run.cfg
-    with torch.no_grad():
-        ref_logp = [run.ref_likelihood.log_prob(t) for t in trajs]
+    with torch.no_grad():  # in slices of a gradient step's trajectories: bounded memory with camera images
+        size = 2 * cfg.batch_size
+        ref_logp = torch.cat([run.ref_likelihood.log_probs(trajs[s : s + size]) for s in range(0, len(trajs), size)])
     update = Update()
     # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
     run.agent.policy.eval()
@@ -714,17 +745,16 @@ def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int
     return update
 
 
-def _preference_step(run: TPORun, trajs: list[Trajectory], ref_logp: list, chosen: list[tuple[int, int]]):
+def _preference_step(run: TPORun, trajs: list[Trajectory], ref_logp: torch.Tensor, chosen: list[tuple[int, int]]):
     """One gradient step on a batch of (preferred, rejected) pairs; returns its loss and mean margin."""
     cfg = run.cfg
-    won = [run.likelihood.log_prob(trajs[w], with_nll=True) for w, _ in chosen]
-    lw = torch.stack([x[0] for x in won])
-    ll = torch.stack([run.likelihood.log_prob(trajs[l_]) for _, l_ in chosen])
-    rw = torch.stack([ref_logp[w] for w, _ in chosen])
-    rl = torch.stack([ref_logp[l_] for _, l_ in chosen])
+    won, lost = [w for w, _ in chosen], [l_ for _, l_ in chosen]
+    logp, nll = run.likelihood.log_probs([trajs[i] for i in won + lost], with_nll=True)  # one forward pass
+    lw, ll = logp[: len(won)], logp[len(won) :]
+    rw, rl = ref_logp[won], ref_logp[lost]
     loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
     if cfg.sft_weight:  # imitate the preferred trajectories too (RPO's anchor: their NLL per step)
-        loss = loss + cfg.sft_weight * torch.stack([x[1] for x in won]).mean()
+        loss = loss + cfg.sft_weight * nll[: len(won)].mean()
     run.optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.agent.policy.parameters(), 10.0)

@@ -3,8 +3,8 @@
 :func:`record_expert_demos` is :func:`~embodied_gym.recording.episodes.record` for the scripted expert
 (:func:`embodied_gym.make_expert`), with the episodes rolled out by worker processes: local
 processes (``backend="local"``, :class:`~embodied_gym.processes.WorkerPool`: started with ``spawn``, so MuJoCo's
-OpenGL state and torch's threads start clean) or Ray tasks (``backend="ray"``, on a local Ray instance,
-as calibration's stage 1 runs them). Every worker builds its own env and expert from a picklable
+OpenGL state and torch's threads start clean) or Ray tasks (``backend="ray"``,
+:class:`~embodied_gym.processes.RayWorkerPool`). Every worker builds its own env and expert from a picklable
 spec (the env id and :func:`~embodied_gym.factory.make_env`'s kwargs), with one torch thread.
 
 One :class:`~embodied_gym.data.writer.EpisodeWriter` in the calling process writes the episodes as
@@ -34,7 +34,7 @@ from embodied_gym.data.writer import DEFAULT_CRF, EpisodeWriter
 from embodied_gym.envs.experts import FROM_PLAN, make_expert
 from embodied_gym.errors import UserInputError
 from embodied_gym.factory import make_env
-from embodied_gym.processes import WorkerPool, cpu_count
+from embodied_gym.processes import BACKENDS, RayWorkerPool, WorkerPool, cpu_count, import_ray, worker_pool
 from embodied_gym.recording.episodes import (
     RecordingPlan,
     RecordingSummary,
@@ -46,8 +46,6 @@ from embodied_gym.recording.episodes import (
 )
 
 __all__ = ["BACKENDS", "record_expert_demos"]
-
-BACKENDS = ("local", "ray")
 
 _WORKER: dict = {}  # this worker process's env and expert, built from one spec
 
@@ -94,76 +92,10 @@ def _close_worker_env() -> None:
         env.close()
 
 
-def _init_local_worker() -> None:
+def _init_worker() -> None:
     from multiprocessing import util
 
     util.Finalize(None, _close_worker_env, exitpriority=10)
-
-
-class _LocalPool:
-    def __init__(self, spec, workers: int):
-        self.pool = WorkerPool(workers, _init_local_worker, what="recording worker")
-
-    def submit(self, spec, *args):
-        return self.pool.submit(_rollout, spec, *args)
-
-    def result(self, future) -> RolledEpisode:
-        return self.pool.result(future)
-
-    def close(self, finished: bool) -> None:
-        self.pool.close(finished)  # interrupted: the queued episodes are dropped and the ones in flight stopped
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError as e:
-        raise UserInputError(
-            f"backend='ray' (--backend ray) needs Ray, which cannot be imported here "
-            f"({type(e).__name__}: {e}); install it with pip install 'embodied-gym[ray]', or "
-            f"use backend='local' (--backend local)"
-        ) from None
-    return ray
-
-
-class _RayPool:
-    def __init__(self, spec, workers: int):
-        ray = self.ray = _import_ray()
-        self.started = not ray.is_initialized()
-        import signal
-
-        # Ray's driver installs its own signal handlers; give the caller's back at close()
-        self._handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        if self.started:
-            # Local only: no dashboard, nothing beyond localhost.
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-        self.remote = ray.remote(num_cpus=1)(_rollout)
-        self.pending: set = set()
-
-    def submit(self, spec, *args):
-        ref = self.remote.remote(spec, *args)
-        self.pending.add(ref)
-        return ref
-
-    def result(self, ref) -> RolledEpisode:
-        out = self.ray.get(ref)
-        self.pending.discard(ref)
-        return out
-
-    def close(self, finished: bool) -> None:
-        try:
-            for ref in self.pending:  # interrupted: drop the queued work
-                self.ray.cancel(ref, force=True)
-        finally:
-            if self.started:
-                self.ray.shutdown()
-            import signal
-            import threading
-
-            if threading.current_thread() is threading.main_thread():
-                for sig, handler in self._handlers.items():
-                    if handler is not None:
-                        signal.signal(sig, handler)
 
 
 def _checked_arguments(
@@ -180,7 +112,7 @@ def _checked_arguments(
     env_kwargs = dict(env_kwargs or {})
     _check_spec(env_kwargs)
     if backend == "ray":
-        _import_ray()  # before anything is written
+        import_ray()  # before anything is written
     return env_kwargs, min(workers or cpu_count(), max(episodes, 1))
 
 
@@ -189,7 +121,7 @@ class _Flight:
     """The episodes :func:`_record_in_workers` has in flight: the first ``submitted`` dataset indices
     were handed to ``pool`` (``pending``: those not yet written); ``results``: the successes written."""
 
-    pool: _LocalPool | _RayPool
+    pool: WorkerPool | RayWorkerPool
     spec: tuple[str, dict, Any]
     job: tuple[int, tuple[str, ...], str | None]  # after_success_steps, cameras, estimate_key
     seed: int  # dataset index i is reset with seed + i
@@ -202,7 +134,7 @@ class _Flight:
     def refill(self, index: int) -> None:
         """Submit episodes until ``window`` are in flight past ``index`` (the next one to write)."""
         while self.submitted < self.stop and self.submitted - index < self.window:
-            self.pending[self.submitted] = self.pool.submit(self.spec, self.seed + self.submitted, *self.job)
+            self.pending[self.submitted] = self.pool.submit(_rollout, self.spec, self.seed + self.submitted, *self.job)
             self.submitted += 1
 
     def take(self, index: int) -> RolledEpisode:
@@ -230,7 +162,7 @@ def _record_in_workers(
         unit="ep",
         disable=None if progress else True,
     )
-    pool = (_RayPool if backend == "ray" else _LocalPool)(spec, workers)
+    pool = worker_pool(backend, workers, _init_worker, what="recording worker")
     job = (after_success_steps, plan.cameras, plan.estimate_key)
     flight = _Flight(pool, spec, job, seed, stop=have + episodes, window=2 * workers, submitted=have)
     finished = False
