@@ -395,3 +395,34 @@ def test_every_task_runs_through_the_loop(tmp_path, capsys):
         before, after = cls.paper_success
         assert any(line.startswith(task) and f"{before} % -> {after} %" in line for line in out.splitlines())
         assert f"<tr><td>{task}</td>" in report
+
+
+def test_images_profile_trains_act_on_visaligner_frames_end_to_end(tmp_path):
+    """`demo --profile smoke_images` (the paper's own path, `observation: images`): the stand-in demos
+    recorded with their camera, VisAligner trained on them, the calibrated-sim demos' frames rendered
+    through it, ACT trained on those frames and evaluated on the stand-in's camera. TPO is left out
+    here (its VisAligner rollouts are tested in test_policies)."""
+    from embodied_gym.cli import main
+    from embodied_gym.data.reader import RecordedDataset
+    from embodied_gym.policies.act import latest_checkpoint
+
+    args = ["demo", "--profile", "smoke_images", "--runs", str(tmp_path), "--name", "img"]
+    assert main([*args, "--evaluate.policies", "act_stand_in", "act_aligned"]) == 0
+    run = tmp_path / "img"
+    stages = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
+    assert stages["perception"]["outputs"]["skipped"]  # no pose estimator on this path
+    assert (run / "visaligner" / "train" / "model").is_dir()
+    raw = RecordedDataset(stages["generate"]["outputs"]["sim_dataset"])
+    aligned = RecordedDataset(stages["generate"]["outputs"]["dataset"])
+    assert aligned.total_episodes == raw.total_episodes == 2
+    before, after = raw.frames("cam_high", 0), aligned.frames("cam_high", 0)
+    assert before.shape == after.shape and before.shape[1:3] == (32, 40)
+    assert np.abs(before.astype(int) - after.astype(int)).mean() > 1.0  # VisAligner re-rendered the frames
+    config = json.loads(
+        (latest_checkpoint(run / "act_aligned" / "policy") / "pretrained_model" / "config.json").read_text()
+    )
+    assert "observation.images.cam_high" in config["input_features"]
+    assert "observation.environment_state" not in config["input_features"]
+    evaluation = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["evaluation"]
+    assert set(evaluation) == {"act_stand_in", "act_aligned"} and evaluation["act_aligned"]["episodes"] == 1
+    assert stages["tpo"]["outputs"].get("skipped") and stages["residual"]["outputs"].get("skipped")
