@@ -20,7 +20,8 @@ A training seed alone moves a row by tens of points, so (a) and (c) train once p
 between them pools every seed's evaluations (seed i of (c) against seed i of (a), on the same episode seeds).
 The first seed's run is the demo's run folder ``<runs>/<name>/<world>/<task>/seed<s>``; a later seed's run
 reuses its perception, recording, calibration and generated data in place (``demo --reuse``) and trains and
-evaluates only its own policies. Every run resumes stage by stage like the demo.
+evaluates only its own policies. Every run resumes like the demo: stage by stage, and a stopped training or
+evaluation from its last checkpoint or finished policy.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks all --worlds default world2   # hours
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PickCup --worlds default --seeds 0

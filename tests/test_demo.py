@@ -132,6 +132,54 @@ def test_robot_config_runs_the_loop_against_another_stand_in_world(smoke_run, tm
     assert "robot_config nope.yaml: no such file" in capsys.readouterr().err
 
 
+def test_a_stopped_stage_resumes_from_its_checkpoints_and_finished_evaluations(smoke_run, tmp_path, capsys):
+    """A copy of the smoke run as if it had been stopped in ACT's training and in the evaluation, one policy's
+    evaluation unfinished: the rerun continues both (no new ACT checkpoint: the last one was the final
+    step; the finished evaluations read back, the unfinished one run) and runs nothing else."""
+    run = tmp_path / "s"
+    shutil.copytree(smoke_run, run)
+    assert smoke_demo(tmp_path, "s") == 0  # the settings used below (another test may have changed evaluate's)
+    for stage in ("act_aligned", "evaluate"):
+        done = json.loads((run / stage / "stage.json").read_text())
+        (run / stage / "stage.json").unlink()
+        (run / stage / "stage.started.json").write_text(json.dumps({"key": done["key"]}))
+    (run / "evaluate" / "tpo.json").unlink()
+    checkpoints = sorted(p.name for p in (run / "act_aligned" / "policy" / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert smoke_demo(tmp_path, "s") == 0
+    out = capsys.readouterr().err  # the demo's progress lines
+    assert "act_aligned: resuming the run a stop left unfinished" in out
+    assert "evaluate: resuming the run a stop left unfinished" in out
+    assert "act_stand_in on the stand-in robot: evaluated before the stop" in out
+    assert "evaluating tpo on the stand-in robot" in out and "evaluating act_stand_in" not in out
+    assert sorted(p.name for p in (run / "act_aligned" / "policy" / "checkpoints").iterdir()) == checkpoints
+    for stage in ("act_aligned", "evaluate"):
+        assert (run / stage / "stage.json").exists() and not (run / stage / "stage.started.json").exists()
+    assert (run / "evaluate" / "tpo.json").exists()
+
+
+def test_only_a_resumable_stage_with_the_same_key_continues_in_its_folder(tmp_path):
+    cache = StageCache(tmp_path)
+    key = cache.key({"x": 1}, [])
+
+    def stopped(folder):
+        (folder / "checkpoint").write_text("step 5")
+        raise KeyboardInterrupt
+
+    for resumable in (True, False):
+        with pytest.raises(KeyboardInterrupt):
+            cache.execute("a", key, {"x": 1}, [], stopped, resumable)
+        assert cache.unfinished("a", key) and not cache.unfinished("a", "another key")
+        found = cache.execute("a", key, {"x": 1}, [], lambda f: {"kept": (f / "checkpoint").exists()}, resumable)
+        assert found.outputs == {"kept": resumable} and not cache.unfinished("a", key)
+    with pytest.raises(KeyboardInterrupt):
+        cache.execute("b", key, {"x": 1}, [], stopped, True)
+    other = cache.key({"x": 2}, [])  # the settings changed since the stop: start clean
+    assert cache.execute("b", other, {"x": 2}, [], lambda f: {"kept": (f / "checkpoint").exists()}, True).outputs == {
+        "kept": False
+    }
+
+
 def test_cache_key_changes_with_settings_and_inputs(tmp_path):
     cache = StageCache(tmp_path)
     calls = []

@@ -1,10 +1,13 @@
 """Stage outputs cached by a hash of their inputs and settings.
 
-Each stage owns ``<run>/<stage>/``. When a stage finishes, ``stage.json`` is written last (atomically)
-with the stage's key, wall time and outputs; a rerun whose key matches skips the stage. A stage
-killed half-way has no ``stage.json`` (or an old key), so it reruns from scratch — Ctrl-C loses at
-most the stage in progress. Keys chain: a stage's key hashes its settings *and* the keys of the
-stages it reads, so changing the recording invalidates everything downstream.
+Each stage owns ``<run>/<stage>/``. When a stage starts, ``stage.started.json`` records its key; when it
+finishes, ``stage.json`` is written last (atomically) with the key, wall time and outputs, and a rerun whose
+key matches skips the stage. A stage killed half-way has no ``stage.json`` (or an old key): it reruns from a
+clean folder, unless it is *resumable* (its work checkpoints: training, finished evaluations) and its
+unfinished folder started with the same key, in which case it continues in that folder. So Ctrl-C loses
+at most the stage in progress, and of a resumable stage only the work since its last checkpoint. Keys
+chain: a stage's key hashes its settings *and* the keys of the stages it reads, so changing the
+recording invalidates everything downstream.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from embodied_gym.atomic import write_json
+
+STARTED = "stage.started.json"
+"""Written when a stage starts (its key), removed once its ``stage.json`` is written."""
 
 
 def stage_key(settings: Any, inputs: list[str]) -> str:
@@ -77,12 +83,31 @@ class StageCache:
                 return rec
         return None
 
-    def execute(self, name: str, key: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
-        """Run ``fn(folder) -> outputs`` in a clean folder and write its ``stage.json`` last."""
+    def unfinished(self, name: str, key: str) -> bool:
+        """Whether ``<run>/<name>`` holds a run of the stage with ``key`` that started and did not finish."""
+        started = self.run_dir / name / STARTED
+        try:
+            return json.loads(started.read_text()).get("key") == key
+        except (OSError, ValueError):
+            return False
+
+    def execute(
+        self,
+        name: str,
+        key: str,
+        settings: Any,
+        inputs: list[str],
+        fn: Callable[[Path], dict],
+        resumable: bool = False,
+    ) -> StageRecord:
+        """Run ``fn(folder) -> outputs`` and write its ``stage.json`` last. The folder starts clean, so no
+        half-written file survives, unless ``resumable`` and it holds an unfinished run with the same key:
+        then ``fn`` continues in it (``fn`` must resume from what it finds there)."""
         folder = self.run_dir / name
-        if folder.exists():  # stale or unfinished: start clean so no half-written file survives
+        if folder.exists() and not (resumable and self.unfinished(name, key)):  # stale, or not resumable
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / STARTED, {"key": key})
         t = time.perf_counter()
         outputs = fn(folder)
         wall = time.perf_counter() - t
@@ -90,15 +115,18 @@ class StageCache:
             folder / "stage.json",
             {"key": key, "settings": settings, "inputs": inputs, "outputs": outputs, "wall_time_s": wall},
         )
+        (folder / STARTED).unlink(missing_ok=True)
         rec = StageRecord(name, key, folder, outputs, wall, cached=False)
         self.records[name] = rec
         return rec
 
-    def run(self, name: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict]) -> StageRecord:
+    def run(
+        self, name: str, settings: Any, inputs: list[str], fn: Callable[[Path], dict], resumable: bool = False
+    ) -> StageRecord:
         """Run ``fn(folder) -> outputs`` unless a finished run with the same key exists. ``name`` may carry a
         prefix (``task/stage``); ``--from`` matches the part after the last slash."""
         key = self.key(settings, inputs)
-        return self.lookup(name, key) or self.execute(name, key, settings, inputs, fn)
+        return self.lookup(name, key) or self.execute(name, key, settings, inputs, fn, resumable)
 
 
 def _logged(fn, log_name: str, folder: Path) -> dict:
@@ -112,7 +140,14 @@ def _logged(fn, log_name: str, folder: Path) -> dict:
 
 
 def _execute_stage(
-    run_dir: str, name: str, key: str, settings: dict, inputs: list[str], fn, torch_threads: int | None
+    run_dir: str,
+    name: str,
+    key: str,
+    settings: dict,
+    inputs: list[str],
+    fn,
+    torch_threads: int | None,
+    resumable: bool,
 ) -> None:
     """A background stage's process: runs the stage through the cache, so its ``stage.json`` is its result."""
     import torch
@@ -122,7 +157,7 @@ def _execute_stage(
     exit_with_parent()
     if torch_threads:
         torch.set_num_threads(torch_threads)
-    StageCache(run_dir).execute(name, key, settings, inputs, fn)
+    StageCache(run_dir).execute(name, key, settings, inputs, fn, resumable)
 
 
 class BackgroundStage:
@@ -143,6 +178,7 @@ class BackgroundStage:
         inputs: list[str],
         fn,
         torch_threads: int | None = None,
+        resumable: bool = False,
     ):
         self.cache, self.name, self.key = cache, name, key
         self.log = cache.run_dir / name / self.LOG
@@ -158,6 +194,7 @@ class BackgroundStage:
                 inputs,
                 functools.partial(_logged, fn, self.LOG),
                 torch_threads,
+                resumable,
             ),
         )
         self.process.start()

@@ -113,12 +113,16 @@ class _Loop:
             return self.cache.execute(cache_name, key, settings, inputs, lambda folder: {"skipped": skipped})
         context = {i: records[i].outputs for i in stage.inputs}
         run = _StageCall(stage.run, stage.section(cfg), loop, context)
+        if stage.resumable and self.cache.unfinished(cache_name, key):
+            say(f"  {task}/{stage.name}: resuming the run a stop left unfinished")
         if stage.background and getattr(cfg, stage.background):
-            job = BackgroundStage(self.cache, cache_name, key, settings, inputs, run, cfg.torch_threads)
+            job = BackgroundStage(
+                self.cache, cache_name, key, settings, inputs, run, cfg.torch_threads, stage.resumable
+            )
             self.jobs.append(job)
             say(f"  {task}/{stage.name}: started in a background process (output: {job.log})")
             return job
-        rec = self.cache.execute(cache_name, key, settings, inputs, run)
+        rec = self.cache.execute(cache_name, key, settings, inputs, run, stage.resumable)
         say(f"  {task}/{stage.name}: done in {rec.wall_time_s:.0f} s")
         return rec
 

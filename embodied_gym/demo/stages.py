@@ -38,6 +38,7 @@ sim's frames through it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -121,6 +122,9 @@ class Stage:
     loop_keys: tuple[str, ...] = ()
     skip: Callable[[DemoConfig], str | None] = lambda cfg: None
     background: str | None = None  # a DemoConfig flag: True runs the stage in a second process
+    # a run stopped half-way continues where it stopped (its run function resumes from the checkpoints and
+    # finished evaluations in its folder) instead of starting over: the stages that take the longest
+    resumable: bool = False
 
     def cache_settings(self, cfg: DemoConfig, task: str) -> dict:
         """The settings this stage's cache key hashes: its section without the settings marked
@@ -365,7 +369,7 @@ def _act(act, ctx: StageContext, data: str) -> dict:
         act = replace(act, dataset=dataset["dataset"], out=str(out), images=False, env_state=True)
     else:
         act = replace(act, dataset=dataset["dataset"], out=str(out), cameras=(dataset["camera"],))
-    res = train_act(act)
+    res = train_act(replace(act, resume=True))  # a resumed stage continues from its last checkpoint
     return {
         "policy": res.out,
         "steps": res.steps,
@@ -506,24 +510,29 @@ def run_evaluate(e, ctx: StageContext) -> dict:
         else:  # imported teleoperated demonstrations: no scripted-expert bar (evaluate.expert: true runs it)
             say(f"{loop.task}: no expert entry: the demonstrations were imported, not recorded by the scripted expert")
     for name, policy, where, estimator in evaluation_runs(e, ctx):
-        say(f"{loop.task}: evaluating {name} on {_WHERE[where]} ({e.episodes} episodes)")
-        on_robot = where == ROBOT
-        res = evaluate_policy(
-            policy,
-            embodied_gym.env_id(loop.task, real=on_robot),
-            e.episodes,
-            e.seed,
-            out=str(ctx.folder / f"{name}.json"),
-            videos=str(ctx.folder / f"{name}_videos"),
-            max_episode_steps=loop.max_episode_steps,
-            robot_config=loop.robot_config if on_robot else None,
-            physics=ctx.inputs["calibrate"]["result"] if where == CALIBRATED_SIM else None,
-            pose_update=e.pose_update,
-            workers=e.workers or cpu_count(),
-            pose_estimator=estimator,
-        )
+        path = ctx.folder / f"{name}.json"
+        if path.exists():  # a resumed stage (same key: same policies and settings): this one finished before
+            say(f"{loop.task}: {name} on {_WHERE[where]}: evaluated before the stop ({path.name})")
+            res = json.loads(path.read_text())
+        else:
+            say(f"{loop.task}: evaluating {name} on {_WHERE[where]} ({e.episodes} episodes)")
+            on_robot = where == ROBOT
+            res = evaluate_policy(
+                policy,
+                embodied_gym.env_id(loop.task, real=on_robot),
+                e.episodes,
+                e.seed,
+                out=str(path),
+                videos=str(ctx.folder / f"{name}_videos"),
+                max_episode_steps=loop.max_episode_steps,
+                robot_config=loop.robot_config if on_robot else None,
+                physics=ctx.inputs["calibrate"]["result"] if where == CALIBRATED_SIM else None,
+                pose_update=e.pose_update,
+                workers=e.workers or cpu_count(),
+                pose_estimator=estimator,
+            ).to_json()
         seeds[name] = successes_by_seed(res)
-        out[name] = {"json": str(ctx.folder / f"{name}.json"), **{k: res.to_json().get(k) for k in _EVAL_FIELDS}}
+        out[name] = {"json": str(path), **{k: res.get(k) for k in _EVAL_FIELDS}}
     out["_paired"] = [
         {"a": a, "b": b, **paired_comparison(seeds[a], seeds[b]).to_json()}
         for a, b in e.comparisons
@@ -597,9 +606,16 @@ _ROBOT = ("robot_config", "camera_fps", "observation", "pose_update")
 
 #: The loop, in the order its stages run.
 STAGES: tuple[Stage, ...] = (
-    Stage("perception", run_perception, attrgetter("perception"), skip=_skip_perception),
+    Stage("perception", run_perception, attrgetter("perception"), skip=_skip_perception, resumable=True),
     Stage("record", run_record, attrgetter("record"), ("perception",), _ROBOT),
-    Stage("act_stand_in", run_act_stand_in, attrgetter("act"), ("record",), background="background_act_stand_in"),
+    Stage(
+        "act_stand_in",
+        run_act_stand_in,
+        attrgetter("act"),
+        ("record",),
+        background="background_act_stand_in",
+        resumable=True,
+    ),
     Stage("calibrate", run_calibrate, attrgetter("calibrate"), ("record",)),
     Stage("visaligner", run_visaligner, attrgetter("visaligner"), ("record", "calibrate"), skip=_skip_visaligner),
     Stage(
@@ -617,10 +633,12 @@ STAGES: tuple[Stage, ...] = (
         (*_ROBOT, "sim_pose_source"),
         skip=_skip_nominal,
     ),
-    Stage("act_aligned", run_act_aligned, attrgetter("act"), ("generate",)),
-    Stage("act_nominal", run_act_nominal, attrgetter("act"), ("generate_nominal",), skip=_skip_nominal),
-    Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner"), skip=_skip_tpo),
-    Stage("residual", run_residual, _residual_section, ("act_aligned", "calibrate"), skip=_skip_residual),
+    Stage("act_aligned", run_act_aligned, attrgetter("act"), ("generate",), resumable=True),
+    Stage("act_nominal", run_act_nominal, attrgetter("act"), ("generate_nominal",), skip=_skip_nominal, resumable=True),
+    Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner"), skip=_skip_tpo, resumable=True),
+    Stage(
+        "residual", run_residual, _residual_section, ("act_aligned", "calibrate"), skip=_skip_residual, resumable=True
+    ),
     Stage(
         "perception_offset",
         run_perception_offset,
@@ -634,6 +652,7 @@ STAGES: tuple[Stage, ...] = (
         attrgetter("evaluate"),
         ("record", "calibrate", *POLICY_STAGES, "perception_offset"),
         ("robot_config",),
+        resumable=True,
     ),
 )
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
