@@ -1,6 +1,8 @@
 """How far a pose estimator's reading of the stand-in's reset frame is from each object's true pose, per object:
 the one estimate the demo's policies read (``pose_update: at_reset``), against what each task tolerates
-(``benchmarks/expert_tolerance.py``).
+(``benchmarks/expert_tolerance.py``). Also the error left once the estimate's mean offset over these resets is
+subtracted (a constant bias of the camera, which the demo's ``perception_offset`` stage fits from the robot's
+demonstrations): what a perfect bias correction would leave, the estimator's spread.
 
 For each reset seed the stand-in robot (``-Real-`` id, the world ``--robot-config`` names) renders its camera,
 the estimator reads it, and the estimate is compared with the stand-in's reported poses (read here for
@@ -38,6 +40,7 @@ def reset_errors(estimator: str, episodes: int, seed: int, robot_config: str | N
     )
     names = config.output_names
     errors: dict[str, dict[str, list[float]]] = {o: {"xy_cm": [], "yaw_deg": []} for o in config.objects}
+    offsets: dict[str, list[tuple[float, float]]] = {o: [] for o in config.objects}
     for i in range(episodes):
         obs, info = env.reset(seed=seed + i)
         est = np.asarray(obs[KEY], dtype=np.float64)
@@ -45,12 +48,16 @@ def reset_errors(estimator: str, episodes: int, seed: int, robot_config: str | N
             true = np.asarray(info["object_poses"][o], dtype=np.float64)
             dx, dy = est[names.index(f"{o}.x")] - true[0], est[names.index(f"{o}.y")] - true[1]
             errors[o]["xy_cm"].append(100 * math.hypot(dx, dy))
+            offsets[o].append((100 * dx, 100 * dy))
             k = config.yaw_symmetry[o]
             if k:
                 angle = math.atan2(est[names.index(f"{o}.sin_yaw")], est[names.index(f"{o}.cos_yaw")])
                 diff = (angle - k * quat_yaw(true[3:7]) + math.pi) % (2 * math.pi) - math.pi
                 errors[o]["yaw_deg"].append(math.degrees(abs(diff)) / k)
     env.close()
+    for o, d in offsets.items():
+        d_cm = np.asarray(d)
+        errors[o]["unbiased_xy_cm"] = list(np.hypot(*(d_cm - d_cm.mean(axis=0)).T))
     return {o: {k: v for k, v in e.items() if v} for o, e in errors.items()}
 
 
@@ -75,11 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     stats = describe(reset_errors(args.estimator, args.episodes, args.seed, args.robot_config))
     world = Path(args.robot_config).stem if args.robot_config else "default world"
-    print(f"| object ({world}, {args.episodes} resets) | xy cm: median / p90 / mean | yaw deg: median / p90 |")
-    print("|---|---|---|")
+    print(
+        f"| object ({world}, {args.episodes} resets) | xy cm: median / p90 / mean | mean offset removed: median / "
+        "p90 / mean | yaw deg: median / p90 |"
+    )
+    print("|---|---|---|---|")
     for o, s in stats.items():
         yaw = f"{s['yaw_deg_median']:.1f} / {s['yaw_deg_p90']:.1f}" if "yaw_deg_median" in s else "-"
-        print(f"| {o} | {s['xy_cm_median']:.2f} / {s['xy_cm_p90']:.2f} / {s['xy_cm_mean']:.2f} | {yaw} |")
+        xy = " / ".join(f"{s[f'xy_cm_{k}']:.2f}" for k in ("median", "p90", "mean"))
+        unbiased = " / ".join(f"{s[f'unbiased_xy_cm_{k}']:.2f}" for k in ("median", "p90", "mean"))
+        print(f"| {o} | {xy} | {unbiased} | {yaw} |")
     if args.out:
         from embodied_gym.atomic import write_json
 
