@@ -2,7 +2,8 @@
 the one estimate the demo's policies read (``pose_update: at_reset``), against what each task tolerates
 (``benchmarks/expert_tolerance.py``). Also the error left once the estimate's mean offset over these resets is
 subtracted (a constant bias of the camera, which the demo's ``perception_offset`` stage fits from the robot's
-demonstrations): what a perfect bias correction would leave, the estimator's spread.
+demonstrations): what a perfect bias correction would leave, the estimator's spread. And, as the floor of
+not looking, the error of always answering the middle of the object's start range.
 
 For each reset seed the stand-in robot (``-Real-`` id, the world ``--robot-config`` names) renders its camera,
 the estimator reads it, and the estimate is compared with the stand-in's reported poses (read here for
@@ -39,7 +40,9 @@ def reset_errors(estimator: str, episodes: int, seed: int, robot_config: str | N
         pose_update="at_reset",
     )
     names = config.output_names
-    errors: dict[str, dict[str, list[float]]] = {o: {"xy_cm": [], "yaw_deg": []} for o in config.objects}
+    errors: dict[str, dict[str, list[float]]] = {
+        o: {"xy_cm": [], "yaw_deg": [], "range_centre_xy_cm": []} for o in config.objects
+    }
     offsets: dict[str, list[tuple[float, float]]] = {o: [] for o in config.objects}
     for i in range(episodes):
         obs, info = env.reset(seed=seed + i)
@@ -49,6 +52,8 @@ def reset_errors(estimator: str, episodes: int, seed: int, robot_config: str | N
             dx, dy = est[names.index(f"{o}.x")] - true[0], est[names.index(f"{o}.y")] - true[1]
             errors[o]["xy_cm"].append(100 * math.hypot(dx, dy))
             offsets[o].append((100 * dx, 100 * dy))
+            cx, cy = (config.centre[names.index(f"{o}.{a}")] for a in "xy")
+            errors[o]["range_centre_xy_cm"].append(100 * math.hypot(cx - true[0], cy - true[1]))
             k = config.yaw_symmetry[o]
             if k:
                 angle = math.atan2(est[names.index(f"{o}.sin_yaw")], est[names.index(f"{o}.cos_yaw")])
@@ -84,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     world = Path(args.robot_config).stem if args.robot_config else "default world"
     print(
         f"| object ({world}, {args.episodes} resets) | xy cm: median / p90 / mean | mean offset removed: median / "
-        "p90 / mean | yaw deg: median / p90 |"
+        "p90 / mean | yaw deg: median / p90 | the start range's middle: mean |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|")
     for o, s in stats.items():
         yaw = f"{s['yaw_deg_median']:.1f} / {s['yaw_deg_p90']:.1f}" if "yaw_deg_median" in s else "-"
         xy = " / ".join(f"{s[f'xy_cm_{k}']:.2f}" for k in ("median", "p90", "mean"))
         unbiased = " / ".join(f"{s[f'unbiased_xy_cm_{k}']:.2f}" for k in ("median", "p90", "mean"))
-        print(f"| {o} | {xy} | {unbiased} | {yaw} |")
+        print(f"| {o} | {xy} | {unbiased} | {yaw} | {s['range_centre_xy_cm_mean']:.2f} |")
     if args.out:
         from embodied_gym.atomic import write_json
 
