@@ -1,6 +1,7 @@
 """`embodied-gym demo`: the whole loop on the smoke profile, its artefacts, its cache and its config errors."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -420,6 +421,10 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
     assert saved["agreement"]["default"]["calibrated_sim"]["n"] == 7
     out = capsys.readouterr().out
     assert "| PickCup | (c) vs (a) |" in out and "MMRV" in out
+    # each evaluation says where it ran
+    for entry, where in [("act_aligned", "on the stand-in"), ("act_aligned_in_sim", "in the calibrated sim")]:
+        assert re.search(rf"{entry} +success {where} ", out), entry
+    assert re.search(r"act_aligned_in_nominal_sim +success in the nominal sim ", out)
     assert (tmp_path / "b" / "policies.png").stat().st_size > 0
 
 

@@ -148,12 +148,19 @@ def run(args) -> int:
     for task, t in summary["tasks"].items():
         for name, e in t["evaluation"].items():
             print(
-                f"{task:12s} {name:12s} success on the stand-in {e['success_rate']:6.1%} "
+                f"{task:12s} {name:12s} success {_where(name)} {e['success_rate']:6.1%} "
                 f"(95 % CI {e['ci95'][0]:.0%}-{e['ci95'][1]:.0%}, {e['episodes']} episodes)"
             )
     print(task_table_text(summary))
     print(f"report: {os.path.join(run_dir, 'report.html')}  (summary: {os.path.join(run_dir, 'summary.json')})")
     return 0
+
+
+def _where(entry: str) -> str:
+    """Where the evaluate stage's entry ran (``NAME``, ``NAME_in_sim``, ``NAME_in_nominal_sim``)."""
+    if entry.endswith("_in_nominal_sim"):
+        return "in the nominal sim"
+    return "in the calibrated sim" if entry.endswith("_in_sim") else "on the stand-in"
 
 
 def interrupted(args) -> str:
