@@ -26,7 +26,7 @@ evaluation from its last checkpoint or finished policy.
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks all --worlds default world2   # hours
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PickCup --worlds default --seeds 0
     MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks PenInCup --worlds default --rows a b c  # no RL
-    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --report runs/bench/policies   # tables of what ran
+    MUJOCO_GL=egl .venv/bin/python benchmarks/policies.py --tasks all --report   # tables of what ran so far
 
 Any other flag goes to every demo run (``--act.steps 16000``, ``--config FILE``). Output: the tables on
 stdout (markdown), ``<runs>/<name>/benchmark.json`` (every rate, test and ranking metric) and
