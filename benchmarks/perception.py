@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight of the keypoint loss (PoseTrainConfig.keypoint_weight; 0: off, as before it existed)",
     )
     p.add_argument(
+        "--heatmap-weight",
+        type=float,
+        default=0.1,
+        help="weight of the keypoint map loss (PoseTrainConfig.heatmap_weight; 0: off, as before it existed)",
+    )
+    p.add_argument(
         "--variants",
         default="raw,raw_augmented,randomized",
         help="models to train: raw (sim renders, no augmentation), raw_augmented (photometric "
@@ -210,6 +216,7 @@ def train_and_measure(args, config, variants: list[str], sets: dict) -> dict:
             "batch_size": args.batch_size,
             "augment": name != "raw",
             "keypoint_weight": args.keypoint_weight,
+            "heatmap_weight": args.heatmap_weight,
         }
         r = measure_visual_gap(
             args.out,

@@ -413,6 +413,38 @@ def expert_frames(tmp_path_factory):
     return data
 
 
+def test_keypoint_map_loss_wants_the_mass_on_the_object():
+    """A map spread over two far places whose mean is the object's position satisfies the coordinate
+    loss exactly; the map loss prefers the map peaked on the object, and ignores objects outside."""
+    from embodied_gym.perception.modeling import SpatialSoftArgmax
+    from embodied_gym.perception.training import keypoint_map_loss
+
+    h, w = 13, 21
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+
+    def bump(r, c):  # logits of a Gaussian of width 1 cell at cell (r, c)
+        return -((rows - r) ** 2 + (cols - c) ** 2) / 2.0
+
+    peaked = bump(6, 10).view(1, 1, h, w).float()
+    # two bumps 8 cells either side: the same expected position as the peaked map
+    spread = torch.logaddexp(bump(6, 2), bump(6, 18)).view(1, 1, h, w).float()
+    target = torch.tensor([[[0.0, 0.0]]])  # the middle cell, (6, 10)
+    soft = SpatialSoftArgmax(h, w)
+    assert torch.allclose(soft(spread), soft(peaked), atol=1e-4)
+    assert keypoint_map_loss(peaked, target, 1.0) < 0.01 and keypoint_map_loss(spread, target, 1.0) > 5.0
+    outside = torch.tensor([[[1.5, 0.0]]])
+    assert keypoint_map_loss(spread, outside, 1.0) == 0.0
+    # it moves the mass: a few gradient steps on the logits bring the expected position to the object
+    logits = spread.clone().requires_grad_(True)
+    opt = torch.optim.SGD([logits], lr=5.0)
+    for _ in range(50):
+        opt.zero_grad()
+        keypoint_map_loss(logits, target, 1.0).backward()
+        opt.step()
+    p = torch.softmax(logits.detach().reshape(-1), 0)
+    assert p[6 * w + 10] > 0.1 > p[6 * w + 2]
+
+
 def test_tiny_end_to_end(tmp_path, expert_frames):
     """~50 frames of expert episodes, 20 training steps: the loss falls; the wrapped env estimates."""
     cfg = tiny_config()
@@ -429,6 +461,7 @@ def test_tiny_end_to_end(tmp_path, expert_frames):
         save_every=10,
         val_fraction=0.34,
         augment=False,
+        heatmap_weight=0.1,
         progress=False,
     )
     result = train_pose_estimator(tc, cfg)

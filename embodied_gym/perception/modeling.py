@@ -4,8 +4,8 @@
 keypoint maps (the expected image position of each map, which keeps the object's location that
 global pooling would discard; Levine et al., "End-to-end training of deep visuomotor policies",
 2016) concatenated with globally pooled features, and an MLP head. In training, keypoint ``k`` is
-also pulled onto object ``k``'s image position (:mod:`embodied_gym.perception.training`), which makes
-the model find the object from far fewer frames. At the default 100x160 input
+also pulled onto object ``k``'s image position and its map onto a Gaussian there
+(:mod:`embodied_gym.perception.training`), which makes the model find the object from far fewer frames. At the default 100x160 input
 it runs in a few milliseconds per frame on one CPU core.
 
 Saved as a folder: ``config.json`` (:class:`~embodied_gym.perception.configuration.PoseEstimatorConfig`)
@@ -79,11 +79,13 @@ class PoseEstimator(nn.Module):
 
     def forward(self, x: torch.Tensor, return_keypoints: bool = False):
         """Normalised targets (B, output_dim); with ``return_keypoints`` also the keypoints' expected
-        image positions (B, keypoints, 2) as (x, y) in [-1, 1] over the network input."""
+        image positions (B, keypoints, 2) as (x, y) in [-1, 1] over the network input and their maps'
+        logits (B, keypoints, h, w) (the softmax over each map is where the keypoint looks)."""
         f = self.backbone(x - 0.5)
-        keypoints = self.soft_argmax(self.keypoint_maps(f))
+        maps = self.keypoint_maps(f)
+        keypoints = self.soft_argmax(maps)
         out = self.head(torch.cat([keypoints, f.mean(dim=(2, 3))], dim=1))
-        return (out, keypoints.view(x.shape[0], -1, 2)) if return_keypoints else out
+        return (out, keypoints.view(x.shape[0], -1, 2), maps) if return_keypoints else out
 
     # ------------------------------------------------------------------ inference on frames
     @staticmethod

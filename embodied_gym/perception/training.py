@@ -4,8 +4,9 @@
 [DIR ...] --out OUT``; the model's input is the frames', a :class:`PoseEstimatorConfig` as the second argument
 sets the rest of the model) splits the frames by episode into train and validation sets (consecutive frames of one episode are nearly
 identical, so a frame-level split would flatter the validation error), trains with AdamW and a
-cosine learning-rate decay on the smooth-L1 loss of the normalised targets plus a keypoint loss
-(keypoint ``k`` onto object ``k``'s projection in the image, :func:`keypoint_positions`), validates every
+cosine learning-rate decay on the smooth-L1 loss of the normalised targets plus two keypoint losses
+(keypoint ``k``'s expected position onto object ``k``'s projection in the image, :func:`keypoint_positions`,
+and keypoint ``k``'s map onto a Gaussian there, :func:`keypoint_map_loss`), validates every
 ``eval_every`` steps and writes::
 
     <out>/checkpoints/<step>/   model (config.json, model.safetensors), optimizer.safetensors,
@@ -66,6 +67,13 @@ class PoseTrainConfig:
         help="weight of the keypoint loss: keypoint k is pulled onto object k's "
         "position in the image (0: off; fixed cameras only)",
     )
+    heatmap_weight: float = setting(
+        0.1,
+        help="weight of the keypoint map loss: the KL divergence from a Gaussian at object k's position "
+        "in the image to keypoint k's softmax map, which makes the keypoint look at the object rather "
+        "than average distant places into the right mean (0: off; fixed cameras only)",
+    )
+    heatmap_sigma: float = setting(1.0, help="the keypoint map loss's Gaussian width, in map cells (1/8 of the input)")
     eval_every: int = setting(250, help="validate every this many steps")
     save_every: int = setting(500, help="checkpoint every this many steps")
     seed: int = setting(0, help="seed of the split, the initialisation and the batches")
@@ -99,7 +107,7 @@ def keypoint_positions(estimator: PoseEstimatorConfig, poses: np.ndarray) -> np.
 
     Raises:
         ValueError: the estimator reads a wrist camera (which moves: no fixed projection), or has
-            fewer keypoints than objects (set ``PoseTrainConfig.keypoint_weight=0``).
+            fewer keypoints than objects (set ``PoseTrainConfig.keypoint_weight=0`` and ``heatmap_weight=0``).
     """
     from embodied_gym.sim.scene import project_to_pixels
 
@@ -107,18 +115,41 @@ def keypoint_positions(estimator: PoseEstimatorConfig, poses: np.ndarray) -> np.
     if estimator.keypoints < n:
         raise ValueError(
             f"the keypoint loss needs a keypoint per object: {estimator.keypoints} keypoints for {n} "
-            f"objects; raise PoseEstimatorConfig.keypoints or set keypoint_weight=0"
+            f"objects; raise PoseEstimatorConfig.keypoints or set keypoint_weight=0 and heatmap_weight=0"
         )
     try:
         px = project_to_pixels(estimator.camera, poses[..., :3], estimator.frame_size)
     except ValueError as e:
         raise ValueError(
-            f"{e}: the keypoint loss needs a fixed camera; set PoseTrainConfig.keypoint_weight=0"
+            f"{e}: the keypoint losses need a fixed camera; set PoseTrainConfig.keypoint_weight=0 and heatmap_weight=0"
         ) from None
     top, left, bottom, right = estimator.crop_box(estimator.frame_size)
     x = (px[..., 0] - left) / (right - left) * 2 - 1
     y = (px[..., 1] - top) / (bottom - top) * 2 - 1
     return np.stack([x, y], axis=-1).astype(np.float32)
+
+
+def keypoint_map_loss(logits: torch.Tensor, positions: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Mean KL divergence from a Gaussian of width ``sigma`` (map cells) at each object's image position
+    to its keypoint's softmax over the map.
+
+    ``logits``: (B, K, h, w) keypoint maps (K >= n); ``positions``: (B, n, 2) the objects' (x, y) in
+    [-1, 1] over the map (:func:`keypoint_positions`), keypoint ``k`` for object ``k``. Objects outside
+    the input do not count. The coordinate loss alone is met as well by a map spread over distant
+    places whose mean lands near an object that barely moves (the pen cup's, 2 cells of range); this
+    loss is smallest only with the map's mass on the object.
+    """
+    b, n = positions.shape[:2]
+    h, w = logits.shape[-2:]
+    xs = torch.linspace(-1, 1, w, device=logits.device).view(1, 1, 1, w)
+    ys = torch.linspace(-1, 1, h, device=logits.device).view(1, 1, h, 1)
+    dx = (xs - positions[..., 0].view(b, n, 1, 1)) * (w - 1) / 2
+    dy = (ys - positions[..., 1].view(b, n, 1, 1)) * (h - 1) / 2
+    target = torch.softmax((-(dx**2 + dy**2) / (2 * sigma**2)).reshape(b, n, -1), dim=-1)
+    log_p = torch.log_softmax(logits[:, :n].reshape(b, n, -1), dim=-1)
+    kl = (target * (target.clamp_min(1e-12).log() - log_p)).sum(-1)
+    inside = (positions.abs() <= 1).all(-1).float()
+    return (kl * inside).sum() / inside.sum().clamp_min(1.0)
 
 
 def augment_batch(x: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
@@ -273,7 +304,11 @@ def _load_data(cfg: PoseTrainConfig, estimator: PoseEstimatorConfig | None):
     estimator = estimator or estimator_config_of_frames(cfg.data[0])
     frames = load_frames(cfg.data, estimator)
     targets = estimator.normalise(estimator.targets(frames.poses)).astype(np.float32)
-    keypoint_targets = torch.from_numpy(keypoint_positions(estimator, frames.poses)) if cfg.keypoint_weight else None
+    keypoint_targets = (
+        torch.from_numpy(keypoint_positions(estimator, frames.poses))
+        if cfg.keypoint_weight or cfg.heatmap_weight
+        else None
+    )
     train_idx, val_idx = split_episodes(frames.episode, cfg.val_fraction, cfg.seed)
     return PoseRun(cfg, estimator, out, store, frames, targets, keypoint_targets, train_idx, val_idx), last
 
@@ -318,11 +353,14 @@ def _train_step(run: PoseRun, step: int) -> float:
     if cfg.augment:
         x = augment_batch(x, rng)
     y = torch.from_numpy(run.targets[idx])
-    pred, keypoints = model(x.to(device), return_keypoints=True)
+    pred, keypoints, maps = model(x.to(device), return_keypoints=True)
     loss = F.smooth_l1_loss(pred, y.to(device), beta=0.1)
     if run.keypoint_targets is not None:  # keypoint k onto object k (the first n_objects keypoints)
-        kp = run.keypoint_targets
-        loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(keypoints[:, : kp.shape[1]], kp[idx].to(device), beta=0.05)
+        kp = run.keypoint_targets[idx].to(device)
+        if cfg.keypoint_weight:
+            loss = loss + cfg.keypoint_weight * F.smooth_l1_loss(keypoints[:, : kp.shape[1]], kp, beta=0.05)
+        if cfg.heatmap_weight:
+            loss = loss + cfg.heatmap_weight * keypoint_map_loss(maps, kp, cfg.heatmap_sigma)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -360,7 +398,17 @@ def _finish(run: PoseRun, val_errors: dict) -> PoseTrainResult:
     cfg, out = run.cfg, run.out
     model = _built(run)[0]
     model.save_pretrained(out / "model")
-    settings = ("steps", "batch_size", "lr", "augment", "keypoint_weight", "seed", "val_fraction")
+    settings = (
+        "steps",
+        "batch_size",
+        "lr",
+        "augment",
+        "keypoint_weight",
+        "heatmap_weight",
+        "heatmap_sigma",
+        "seed",
+        "val_fraction",
+    )
     metrics = {
         "history": run.history,
         "val_errors": val_errors,
@@ -377,6 +425,7 @@ __all__ = [
     "PoseTrainConfig",
     "PoseTrainResult",
     "augment_batch",
+    "keypoint_map_loss",
     "keypoint_positions",
     "split_episodes",
     "train_pose_estimator",
