@@ -11,6 +11,10 @@ Rows (each a policy folder under ``--out``; a row that finished is read, not rer
   likelihood, beta 0.1, no anchor);
 - ``tpo_truth`` (not run by default): the defaults, rollouts reading the sim's true object poses instead of
   the estimate;
+- ``tpo_grip`` (not run by default): the defaults, each start state's rollouts and every in-sim evaluation
+  episode under a grip redrawn from its seed (``--contact-spread 0.3``: finger gain, pad and object
+  friction, object mass, each within about ±30 %; calibration does not see them), so that the
+  preferences cannot favour a grasp that holds only under the simulator's nominal grip;
 - ``residual``: ``embodied-gym train residual`` (PPO), the same budget in env steps.
 
 The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/lerobot_W`` writes. Every TPO
@@ -43,6 +47,7 @@ TPO_ROWS = {
     "tpo_paper": ["--rollouts-per-seed", "1", "--likelihood", "sum", "--beta", "0.1", "--sft-weight", "0"]
     + ["--min-score-gap", "0"],
     "tpo_truth": ["--rollout-poses", "ground_truth"],
+    "tpo_grip": ["--contact-spread", "0.3"],
 }
 RESIDUAL = ["--total-steps", "36000", "--n-envs", "2"]
 LABELS = {
@@ -50,6 +55,7 @@ LABELS = {
     "tpo": "(c) + TPO, this recipe",
     "tpo_paper": "(c) + TPO, the paper's loss",
     "tpo_truth": "(c) + TPO, rollouts on true poses",
+    "tpo_grip": "(c) + TPO, grip redrawn per start state (±30 %)",
     "residual": "(c) + SB3 PPO residual",
 }
 

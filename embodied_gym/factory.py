@@ -111,6 +111,7 @@ def make_env(
     robot_config: str | os.PathLike | Any = None,
     physics=None,
     physics_spread: float = 0.0,
+    contact_spread: float = 0.0,
     visaligner: str | os.PathLike | None = None,
     visaligner_steps: int | None = None,
     realtime: bool = False,
@@ -129,6 +130,8 @@ def make_env(
         physics_spread: sim ids: redraw the arm physics around ``physics`` at every reset, each
             parameter scaled by ``exp(U(-spread, spread))``
             (:class:`~embodied_gym.wrappers.physics.PhysicsRandomizationWrapper`); 0 keeps it fixed.
+        contact_spread: sim ids: the same for the grip (finger gain, pad and object friction, object
+            mass; :data:`~embodied_gym.wrappers.physics.CONTACT_FIELDS`), one factor each.
         visaligner: a VisAligner model folder: the sim env's first camera is rendered through it.
         visaligner_steps: its denoising steps per generated frame (default: the model's).
         realtime: hold the 50 Hz control rate on ``-Real-`` ids (default: as fast as possible).
@@ -159,13 +162,15 @@ def make_env(
         pose_estimator = _load_pose_estimator(pose_estimator, kw, ground_truth)
     if visaligner and real:
         raise ValueError("--visaligner renders sim frames photoreal; it makes no sense on a -Real- id")
-    if physics_spread and real:
-        raise ValueError("physics_spread randomises sim physics; a -Real- id's physics is the robot's own")
+    if (physics_spread or contact_spread) and real:
+        raise ValueError(
+            "physics_spread and contact_spread randomise sim physics; a -Real- id's physics is the robot's own"
+        )
     env = gym.make(env_id, **kw)
-    if physics_spread:
+    if physics_spread or contact_spread:
         from embodied_gym.wrappers.physics import PhysicsRandomizationWrapper
 
-        env = PhysicsRandomizationWrapper(env, physics_spread)
+        env = PhysicsRandomizationWrapper(env, physics_spread, contact_spread=contact_spread)
     if visaligner:
         env = _with_visaligner(env, visaligner, kw, visaligner_steps)
     if pose_estimator is not None:

@@ -187,6 +187,34 @@ def test_physics_randomization_redraws_arm_physics_per_seed():
         env.close()
 
 
+def test_contact_randomization_redraws_the_grip_per_seed_and_leaves_the_arm():
+    """contact_spread draws one factor per grip parameter from the seed, and the model simulates it;
+    the arm stays at its base without physics_spread."""
+    import embodied_gym
+    from embodied_gym.factory import make_env
+    from embodied_gym.wrappers.physics import CONTACT_FIELDS
+
+    base = PhysicsParams()
+    env = make_env(embodied_gym.env_id("PickCup"), obs_type="state", contact_spread=0.3)
+    try:
+        draws = {}
+        for seed in (3, 4, 3):
+            _, info = env.reset(seed=seed)
+            scale = info["physics_scale"]
+            assert set(scale) == set(CONTACT_FIELDS)
+            physics = env.unwrapped.physics
+            for name in CONTACT_FIELDS:
+                assert len(scale[name]) == 1 and np.exp(-0.3) - 1e-4 <= scale[name][0] <= np.exp(0.3) + 1e-4
+                assert getattr(physics, name) == pytest.approx(getattr(base, name) * scale[name][0], rel=1e-3)
+            handles = env.unwrapped.sim._handles
+            assert np.allclose(env.unwrapped.model.geom_friction[handles.object_geoms, 0], physics.object_friction)
+            assert physics.kp == base.kp
+            draws.setdefault(seed, []).append(scale)
+        assert draws[3][0] == draws[3][1] and draws[3][0] != draws[4][0]
+    finally:
+        env.close()
+
+
 def test_physics_randomization_rejects_a_robot_and_a_bad_spread():
     import embodied_gym
     from embodied_gym.factory import make_env
@@ -195,3 +223,5 @@ def test_physics_randomization_rejects_a_robot_and_a_bad_spread():
         make_env(embodied_gym.env_id("PickCup", real=True), obs_type="state", physics_spread=0.2)
     with pytest.raises(ValueError, match=r"spread 1.5 must be in \[0, 1\]"):
         make_env(embodied_gym.env_id("PickCup"), obs_type="state", physics_spread=1.5)
+    with pytest.raises(ValueError, match="contact_spread"):
+        make_env(embodied_gym.env_id("PickCup", real=True), obs_type="state", contact_spread=0.2)

@@ -1,6 +1,7 @@
 """Policies: LeRobot ACT training on a real recorded dataset, evaluation, TPO, loading (issue 6 §6)."""
 
 import copy
+import dataclasses
 import itertools
 import json
 import math
@@ -471,6 +472,7 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
         epochs=1,
         eval_episodes=2,
         max_episode_steps=20,
+        contact_spread=0.3,
         progress=False,
     )
     log = train_tpo(cfg)
@@ -490,6 +492,15 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
         torch.testing.assert_close(v, weights[k])
     with pytest.raises(ValueError, match="sim id"):
         train_tpo(TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-Real-v0", out=str(tmp_path / "t2")))
+    # the rollouts' grip is redrawn per start state (the simulator's nominal grip otherwise)
+    from embodied_gym.policies.tpo import _make_rollout_env
+
+    env = _make_rollout_env(ACTAgent(out), cfg, None)
+    grips = {env.reset(seed=s)[1]["physics_scale"]["pad_friction"][0] for s in (0, 1)}
+    env.close()
+    assert len(grips) == 2
+    with pytest.raises(ValueError, match=r"contact_spread must be in \[0, 1\]"):
+        train_tpo(dataclasses.replace(cfg, contact_spread=2.0, out=str(tmp_path / "t5")))
     with pytest.raises(ValueError, match="backend must be one of 'local', 'ray', got 'dask'"):
         train_tpo(
             TPOConfig(policy=str(out), env_id="EmbodieDreamer-PickCup-v0", out=str(tmp_path / "t4"), backend="dask")

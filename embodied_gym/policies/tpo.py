@@ -138,6 +138,12 @@ class TPOConfig:
         "reads the estimate, as deployed)",
     )
     physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
+    contact_spread: float = setting(
+        0.0,
+        help="redraw the grip's physics (finger gain, pad and object friction, object mass), which calibration "
+        "does not see, in every rollout and in-sim evaluation episode: each scaled by exp(U(-s, s)), drawn from "
+        "the episode's seed (0: the simulator's nominal grip)",
+    )
     visaligner: str | None = setting(None, help="VisAligner model folder (observations rendered photoreal)")
     visaligner_steps: int | None = setting(None, help="denoising steps per generated frame (default: the model's)")
     seed: int = setting(0, help="seed of the rollouts and the pair sampler")
@@ -545,6 +551,10 @@ def _check_config(cfg: TPOConfig):
         )
     if cfg.likelihood not in ("mean", "sum"):
         raise ValueError(f"likelihood must be 'mean' or 'sum', got {cfg.likelihood!r}")
+    if not 0.0 <= cfg.contact_spread <= 1.0:
+        raise ValueError(
+            f"contact_spread must be in [0, 1] (a log-scale half-width: 0.3 is about ±30 %), got {cfg.contact_spread}"
+        )
     env_id = embodied_gym.parse_env_id(cfg.env_id)
     if env_id.real:
         raise ValueError(
@@ -622,6 +632,8 @@ def _make_rollout_env(agent, cfg: TPOConfig, estimator: str | None):
         visaligner = VisAlignerPipeline.from_pretrained(visaligner).to(cfg.device)
     if estimator is not None and cfg.rollout_poses == "ground_truth":
         extra["pose_source"] = "ground_truth"
+    if cfg.contact_spread:
+        extra["contact_spread"] = cfg.contact_spread
     return make_env_for(
         agent,
         require(cfg.env_id, "env_id"),
@@ -652,6 +664,7 @@ def _evaluate_in_sim(cfg: TPOConfig, estimator: str | None, policy_dir: Path) ->
         max_episode_steps=cfg.max_episode_steps,
         workers=cfg.eval_workers,
         progress=cfg.progress,
+        env_kwargs={"contact_spread": cfg.contact_spread} if cfg.contact_spread else None,
     )
     return {
         "eval_success_rate": r.success_rate,
