@@ -15,6 +15,9 @@ Rows (each a policy folder under ``--out``; a row that finished is read, not rer
   episode under a grip redrawn from its seed (``--contact-spread 0.3``: finger gain, pad and object
   friction, object mass, each within about ±30 %; calibration does not see them), so that the
   preferences cannot favour a grasp that holds only under the simulator's nominal grip;
+- ``tpo_noise`` (not run by default): the defaults with ``--state-noise 0.005``, the arm-state noise the
+  quick demo's ACT trains with, in every preference step (a policy trained before ACT recorded its state
+  noise gets none by default);
 - ``residual``: ``embodied-gym train residual`` (PPO), the same budget in env steps.
 
 The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/lerobot_W`` writes. Every TPO
@@ -48,6 +51,7 @@ TPO_ROWS = {
     + ["--min-score-gap", "0"],
     "tpo_truth": ["--rollout-poses", "ground_truth"],
     "tpo_grip": ["--contact-spread", "0.3"],
+    "tpo_noise": ["--state-noise", "0.005"],
 }
 RESIDUAL = ["--total-steps", "36000", "--n-envs", "2"]
 LABELS = {
@@ -56,6 +60,7 @@ LABELS = {
     "tpo_paper": "(c) + TPO, the paper's loss",
     "tpo_truth": "(c) + TPO, rollouts on true poses",
     "tpo_grip": "(c) + TPO, grip redrawn per start state (±30 %)",
+    "tpo_noise": "(c) + TPO, 5 mrad arm-state noise in the updates",
     "residual": "(c) + SB3 PPO residual",
 }
 

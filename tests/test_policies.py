@@ -562,6 +562,23 @@ def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tm
     gain_w, gain_l = gains(1.0)
     assert gain_w > 0 > gain_l, (gain_w, gain_l)
 
+    # State noise as ACT's training adds it: one draw for the policy and the reference, so the first step
+    # starts at the reference (loss log 2, margin 0) and still moves the policy.
+    noisy = tpo._setup(TPOConfig(out=str(tmp_path / "noise"), state_noise=0.005, sft_weight=0.0, **base))
+    noisy.env.close()
+    assert noisy.state_noise == 0.005
+    loss, margin = tpo._preference_step(noisy, trajs, None, pairs[:2])
+    assert loss == pytest.approx(math.log(2), abs=1e-5) and margin == pytest.approx(0.0, abs=1e-4)
+    with torch.no_grad():
+        moved = [float(noisy.likelihood.log_prob(trajs[w]) - noisy.ref_likelihood.log_prob(trajs[w])) for w, _ in pairs]
+    assert any(abs(m) > 1e-6 for m in moved)
+    # by default the reference policy's own training setting (embodied_gym_policy.json), else 0
+    from types import SimpleNamespace
+
+    assert tpo._state_noise(TPOConfig(), SimpleNamespace(meta={"state_noise": 0.003})) == 0.003
+    assert tpo._state_noise(TPOConfig(), SimpleNamespace(meta=None)) == 0.0
+    assert tpo._state_noise(TPOConfig(state_noise=0.0), SimpleNamespace(meta={"state_noise": 0.003})) == 0.0
+
 
 def test_tpo_returns_the_best_sim_evaluation_ties_to_the_earlier_iteration():
     log = [

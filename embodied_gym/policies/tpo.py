@@ -71,7 +71,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ from embodied_gym.configs import require, setting
 from embodied_gym.data import features as F
 from embodied_gym.policies.act import POLICY_META, make_optimizer, save_checkpoint
 from embodied_gym.policies.act.checkpoints import MODEL_DIR
+from embodied_gym.policies.act.training import perturb_arm_state
 from embodied_gym.policies.scoring import target_distance, trajectory_score
 from embodied_gym.processes import BACKENDS, import_ray, worker_pool
 from embodied_gym.progress import progress_bar, report
@@ -138,6 +139,14 @@ class TPOConfig:
         "reads the estimate, as deployed)",
     )
     physics: str | None = setting(None, help="calibrated physics JSON (PhysAligner result)")
+    state_noise: float | None = setting(
+        None,
+        metavar="RAD",
+        help="std of Gaussian noise on the 12 arm joints of the state in every preference step, the same draw for "
+        "the policy and the reference, as ACT's training adds it (act --state-noise: without it a policy "
+        "trained on the sim's noiseless states can read the time off the idle arm); default: the reference "
+        "policy's own training setting (0 if it records none)",
+    )
     contact_spread: float = setting(
         0.0,
         help="redraw the grip's physics (finger gain, pad and object friction, object mass), which calibration "
@@ -474,6 +483,7 @@ class TPORun:
     ref_likelihood: ACTLikelihood  # log π_ref
     noise: float  # b of the rollouts' Laplace noise
     task: str  # the env's task (the trajectory score's target)
+    state_noise: float = 0.0  # std (rad) of the arm-joint noise of every preference step's states
 
     @property
     def log_path(self) -> Path:
@@ -617,7 +627,15 @@ def _setup(cfg: TPOConfig) -> TPORun:
         ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale, cfg.likelihood),
         noise=cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise,
         task=task,
+        state_noise=_state_noise(cfg, reference_agent),
     )
+
+
+def _state_noise(cfg: TPOConfig, reference_agent) -> float:
+    """``cfg.state_noise``, else the reference policy's training state noise (0 where it records none)."""
+    if cfg.state_noise is not None:
+        return float(cfg.state_noise)
+    return float((reference_agent.meta or {}).get("state_noise") or 0.0)
 
 
 def _make_rollout_env(agent, cfg: TPOConfig, estimator: str | None):
@@ -740,9 +758,13 @@ def _pairs(cfg: TPOConfig, trajs: list[Trajectory]) -> list[tuple[int, int]]:
 def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int, int]]) -> Update:
     """``cfg.epochs`` passes of the preference loss over ``pairs`` (step 3)."""
     cfg = run.cfg
-    with torch.no_grad():  # in slices of a gradient step's trajectories: bounded memory with camera images
-        size = 2 * cfg.batch_size
-        ref_logp = torch.cat([run.ref_likelihood.log_probs(trajs[s : s + size]) for s in range(0, len(trajs), size)])
+    ref_logp = None  # with state noise, each step's reference likelihoods are of its own noisy states
+    if not run.state_noise:
+        with torch.no_grad():  # in slices of a gradient step's trajectories: bounded memory with camera images
+            size = 2 * cfg.batch_size
+            ref_logp = torch.cat(
+                [run.ref_likelihood.log_probs(trajs[s : s + size]) for s in range(0, len(trajs), size)]
+            )
     update = Update()
     # dropout off: the likelihood is that of the policy as it acts (eval mode), gradients on
     run.agent.policy.eval()
@@ -758,13 +780,24 @@ def _update(run: TPORun, it: int, trajs: list[Trajectory], pairs: list[tuple[int
     return update
 
 
-def _preference_step(run: TPORun, trajs: list[Trajectory], ref_logp: torch.Tensor, chosen: list[tuple[int, int]]):
-    """One gradient step on a batch of (preferred, rejected) pairs; returns its loss and mean margin."""
+def _preference_step(
+    run: TPORun, trajs: list[Trajectory], ref_logp: torch.Tensor | None, chosen: list[tuple[int, int]]
+):
+    """One gradient step on a batch of (preferred, rejected) pairs; returns its loss and mean margin.
+    ``ref_logp``: every trajectory's reference likelihood, or None to compute the batch's on its noisy
+    states (``run.state_noise``: one draw for both policies, so the margin is 0 at the reference)."""
     cfg = run.cfg
     won, lost = [w for w, _ in chosen], [l_ for _, l_ in chosen]
-    logp, nll = run.likelihood.log_probs([trajs[i] for i in won + lost], with_nll=True)  # one forward pass
+    batch = [trajs[i] for i in won + lost]
+    if ref_logp is None:
+        batch = [replace(t, states=perturb_arm_state(t.states, run.state_noise, run.generator)) for t in batch]
+        with torch.no_grad():
+            ref = run.ref_likelihood.log_probs(batch)
+        rw, rl = ref[: len(won)], ref[len(won) :]
+    else:
+        rw, rl = ref_logp[won], ref_logp[lost]
+    logp, nll = run.likelihood.log_probs(batch, with_nll=True)  # one forward pass
     lw, ll = logp[: len(won)], logp[len(won) :]
-    rw, rl = ref_logp[won], ref_logp[lost]
     loss = tpo_loss(lw, rw, ll, rl, cfg.beta)
     if cfg.sft_weight:  # imitate the preferred trajectories too (RPO's anchor: their NLL per step)
         loss = loss + cfg.sft_weight * nll[: len(won)].mean()

@@ -176,6 +176,7 @@ def _policy_meta(cfg: ACTTrainConfig, preset, ds, episodes, cameras, frames, use
         "preset": cfg.preset,
         "settings": asdict(preset),
         "temporal_ensemble_coeff": cfg.temporal_ensemble_coeff,
+        "state_noise": cfg.state_noise,  # TPO fine-tunes with the same noise (TPOConfig.state_noise)
     }
     if episodes is not None:
         meta["episodes"] = episodes  # a subset: --episodes or --successful-only
