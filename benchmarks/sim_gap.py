@@ -10,7 +10,7 @@ sensor noise and its camera); and the stand-in robot itself, reading the run's b
 the demo evaluates it. The world's parameters are read from its config file here, for this measurement only:
 nothing the loop runs reads them. Paired tests (exact McNemar) between the rows.
 
-    MUJOCO_GL=egl .venv/bin/python benchmarks/sim_gap.py --run runs/PenInCup_map --task PenInCup --episodes 50 \\
+    MUJOCO_GL=egl .venv/bin/python benchmarks/sim_gap.py --run runs/PenInCup_sn --task PenInCup --episodes 50 \\
         [--robot-config embodied_gym/robots/stand_in_world2.yaml] [--out FILE.json]
 
 A row whose JSON is already in ``--out``'s folder is read back, not rerun.
@@ -45,7 +45,8 @@ def world_physics(robot_config: str | None):
     return physics, grip
 
 
-def evaluate_row(name: str, folder: Path, args, **kwargs) -> list[bool]:
+def evaluate_row(name: str, folder: Path, args, env_id: str, **kwargs) -> list[bool]:
+    """The policy's success per seed in ``env_id`` (``kwargs``: evaluate_policy's env options)."""
     from embodied_gym.policies.evaluate import evaluate_policy
 
     path = folder / f"{name}.json"
@@ -53,7 +54,7 @@ def evaluate_row(name: str, folder: Path, args, **kwargs) -> list[bool]:
         print(f"[gap] {name}: {args.episodes} episodes", flush=True)
         r = evaluate_policy(
             str(args.policy),
-            kwargs.pop("env_id"),
+            env_id,
             args.episodes,
             seed=100_000,
             pose_update="at_reset",
@@ -63,15 +64,6 @@ def evaluate_row(name: str, folder: Path, args, **kwargs) -> list[bool]:
         )
         path.write_text(json.dumps({"successes": [bool(e.success) for e in r.per_episode]}))
     return json.loads(path.read_text())["successes"]
-
-
-def mcnemar(a: list[bool], b: list[bool]) -> tuple[int, int, float]:
-    from scipy.stats import binomtest
-
-    only_a = sum(x and not y for x, y in zip(a, b))
-    only_b = sum(y and not x for x, y in zip(a, b))
-    p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
-    return only_a, only_b, float(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON of the result (default: RUN/sim_gap/WORLD.json)")
     args = p.parse_args(argv)
 
+    from embodied_gym.policies.evaluate import paired_comparison
     from embodied_gym.sim.physics import resolve_physics
 
     world = Path(args.robot_config).stem if args.robot_config else "default"
@@ -119,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     tests = {}
     for i in range(len(names)):
         for j in range(i + 1, len(names)):
-            a, b, pv = mcnemar(rows[names[i]], rows[names[j]])
-            tests[f"{names[i]} vs {names[j]}"] = {"only_first": a, "only_second": b, "p": pv}
-            print(f"| {names[i]} vs {names[j]} | {a} / {b} | {pv:.2g} |")
+            c = paired_comparison(dict(enumerate(rows[names[i]])), dict(enumerate(rows[names[j]])))
+            tests[f"{names[i]} vs {names[j]}"] = c.to_json()
+            print(f"| {names[i]} vs {names[j]} | {c.only_a} / {c.only_b} | {c.p_value:.2g} |")
     out.write_text(
         json.dumps({"task": args.task, "world": world, "grip": grip, "rows": rows, "tests": tests}, indent=1)
     )

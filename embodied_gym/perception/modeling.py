@@ -5,8 +5,8 @@ keypoint maps (the expected image position of each map, which keeps the object's
 global pooling would discard; Levine et al., "End-to-end training of deep visuomotor policies",
 2016) concatenated with globally pooled features, and an MLP head. In training, keypoint ``k`` is
 also pulled onto object ``k``'s image position and its map onto a Gaussian there
-(:mod:`embodied_gym.perception.training`), which makes the model find the object from far fewer frames. At the default 100x160 input
-it runs in a few milliseconds per frame on one CPU core.
+(:mod:`embodied_gym.perception.training`), which makes the model find the object from far fewer frames.
+At the default 100x160 input it runs in a few milliseconds per frame on one CPU core.
 
 Saved as a folder: ``config.json`` (:class:`~embodied_gym.perception.configuration.PoseEstimatorConfig`)
 and ``model.safetensors`` (no pickle), through :meth:`PoseEstimator.save_pretrained` /
