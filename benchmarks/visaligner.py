@@ -18,6 +18,15 @@ VisAligner section), recorded at 240x320 (``--no-ablations``: the full model alo
     MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner_crop \
         --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128
 
+The base model (``scripts/make_visaligner_base.py``: trained on randomised sim looks, never on the
+stand-in's frames) against the model trained from scratch, on the same held-out episodes: (e) the base
+as it is, (f) the base fine-tuned for N denoiser steps on the training episodes (its VAE kept), each
+also sampled with fewer denoising steps:
+
+    MUJOCO_GL=egl HF_HUB_OFFLINE=1 python benchmarks/visaligner.py --out runs/bench/visaligner_crop \
+        --crop 0.3 0.2 0.8 0.8 --record-size 240 320 --image-size 80 128 --no-ablations \
+        --base runs/visaligner_base/model --fine-tune-steps 50 100 200 --few-steps 4 8
+
 Steps resume: the dataset, paired cache, trained models and FD-local3D net are reused when present.
 """
 
@@ -57,20 +66,6 @@ def dilate(masks: np.ndarray, r: int = 2) -> np.ndarray:
     return np.stack([cv2.dilate(m.astype(np.uint8), k).astype(bool) for m in masks])
 
 
-def at_size(ep, size):
-    """A paired episode resized to ``size`` (H, W): area for frames, nearest for masks."""
-    import cv2
-
-    from embodied_gym.visaligner.paired import PairedEpisode
-
-    h, w = size
-    img = lambda v: np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in v])
-    msk = lambda v: np.stack(
-        [cv2.resize(m.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) for m in v]
-    ).astype(bool)
-    return PairedEpisode(ep.index, img(ep.real), img(ep.sim), msk(ep.sim_mask), msk(ep.real_mask))
-
-
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/bench/visaligner")
@@ -100,6 +95,17 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--sample-steps", type=int, default=10, help="denoising steps at evaluation")
     ap.add_argument("--local3d-steps", type=int, default=300)
+    ap.add_argument("--base", help="a VisAligner base model folder: adds rows (e) and (f)")
+    ap.add_argument(
+        "--fine-tune-steps", nargs="*", type=int, default=[], help="row (f): the base fine-tuned this many steps"
+    )
+    ap.add_argument(
+        "--few-steps",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also sample (c) and the longest (f) with this many denoising steps",
+    )
     ap.add_argument("--results", default=str(ROOT / "benchmarks/results/visaligner.json"))
     ap.add_argument("--figure", default=str(ROOT / "benchmarks/figures/visaligner_samples.png"))
     return ap.parse_args()
@@ -130,6 +136,8 @@ def train_command(args, dataset: Path, train_eps: list[int]) -> list[str]:
 
 def train_models(args, common: list[str], out: Path, timings: dict[str, float]) -> tuple[Path, Path]:
     """Step 2: the full model first (it trains the shared VAE), then full and no-mask in parallel."""
+    from embodied_gym.checkpoints import latest
+
     full, nomask = out / "full", out / "nomask"
     t0 = time.time()
     if not (full / "vae" / "config.json").exists():
@@ -146,8 +154,8 @@ def train_models(args, common: list[str], out: Path, timings: dict[str, float]) 
     procs = []
     threads = str(os.cpu_count() or 1) if args.no_ablations else "1"  # one model alone: every core
     for d, extra in ((full, []),) + (() if args.no_ablations else ((nomask, ["--no-masks"]),)):
-        state = d / "checkpoint" / "trainer_state.json"
-        if not (state.exists() and json.loads(state.read_text())["step"] >= args.steps):
+        done = latest(d)  # the newest checkpoint: trained this far already
+        if not (done is not None and done.counter >= args.steps and (d / "model").exists()):
             cmd = CLI + common + ["--out", str(d), "--steps", str(args.steps), "--threads", threads] + extra
             procs.append(run(cmd, out / f"train_{d.name}.log"))
     wait(procs)
@@ -155,14 +163,38 @@ def train_models(args, common: list[str], out: Path, timings: dict[str, float]) 
     return full, nomask
 
 
+def fine_tune_models(args, common: list[str], out: Path, timings: dict[str, float]) -> dict[int, Path]:
+    """Step 2b: the base model fine-tuned for each of ``--fine-tune-steps`` (one after another, every
+    core; each resumes), with its wall time."""
+    base_cmd = [c for c in common if c not in ("--preset", "tiny")]
+    # the base fixes the model: image size and crop are its own
+    for flag, n in (("--image-size", 2), ("--crop", 4), ("--vae-steps", 1)):
+        if flag in base_cmd:
+            i = base_cmd.index(flag)
+            del base_cmd[i : i + 1 + n]
+    models = {}
+    for n in sorted(args.fine_tune_steps):
+        d = out / f"fine_tune_{n}"
+        if not (d / "model" / "model_index.json").exists():
+            t0 = time.time()
+            cmd = CLI + base_cmd + ["--init", str(args.base), "--out", str(d), "--steps", str(n)]
+            wait([run(cmd + ["--threads", str(os.cpu_count() or 1)], out / f"train_fine_tune_{n}.log")])
+            (d / "wall_time_s.json").write_text(json.dumps(time.time() - t0))
+        timings[f"fine_tune_{n}_s"] = json.loads((d / "wall_time_s.json").read_text())
+        models[n] = d / "model"
+    return models
+
+
 def paired_data(args, dataset: Path, full: Path, eval_eps: list[int], out: Path) -> tuple[list, list]:
     """Step 3: the held-out (sim, real) episodes and the training ones, cut to the model's region when cropping."""
-    from embodied_gym.visaligner.paired import crop_paired, load_paired, paired_episodes_cached
+    from embodied_gym.visaligner.paired import crop_paired, load_paired, paired_episodes_cached, resize_paired
 
     held = paired_episodes_cached(dataset, out / "paired_heldout.npz", "cam_high", episodes=eval_eps)
     trained, _ = load_paired(full / "paired.npz")
     if args.crop:  # the model's region, cut as training cut it, measured at the model's size
-        held, trained = ([at_size(crop_paired(e, args.crop), args.image_size) for e in eps] for eps in (held, trained))
+        held, trained = (
+            [resize_paired(crop_paired(e, args.crop), tuple(args.image_size)) for e in eps] for eps in (held, trained)
+        )
     return held, trained
 
 
@@ -184,16 +216,30 @@ def fd_local3d_net(args, trained, stride: int, out: Path):
     return M.load_local3d(net_path), json.loads((out / "fd_local3d.json").read_text())
 
 
-def methods_to_compare(args, pipe_full, pipe_nomask) -> dict:
-    """Row name -> ``(pipeline, temporal layers on)``, or None for the raw sim render."""
+def methods_to_compare(args, pipe_full, pipe_nomask, tuned: dict | None = None) -> dict:
+    """Row name -> ``(pipeline, temporal layers on, denoising steps)``, or None for the raw sim render
+    (pipelines loaded from a folder: their videos are cached by it, see :func:`generate_heldout`)."""
+    from embodied_gym.visaligner.pipeline import VisAlignerPipeline
+
+    n = args.sample_steps
     methods = {
         "(a) raw sim render": None,
-        "(b) VisAligner, no masks": (pipe_nomask, True),
-        "(c) VisAligner full": (pipe_full, True),
-        "(d) full, temporal layers off": (pipe_full, False),
+        "(b) VisAligner, no masks": (pipe_nomask, True, n),
+        "(c) VisAligner full": (pipe_full, True, n),
+        "(d) full, temporal layers off": (pipe_full, False, n),
     }
     if args.no_ablations:
         methods = {k: v for k, v in methods.items() if k.startswith(("(a)", "(c)"))}
+    if args.base:
+        methods["(e) base model, no fine-tune"] = (VisAlignerPipeline.from_pretrained(args.base), True, n)
+    pipes = {k: VisAlignerPipeline.from_pretrained(d) for k, d in (tuned or {}).items()}
+    for k, pipe in pipes.items():
+        methods[f"(f) base + {k} fine-tune steps"] = (pipe, True, n)
+    for few in args.few_steps:
+        methods[f"(c), {few} denoising steps"] = (pipe_full, True, few)
+        if pipes:
+            k = max(pipes)
+            methods[f"(f) base + {k} fine-tune steps, {few} denoising steps"] = (pipes[k], True, few)
     return methods
 
 
@@ -207,13 +253,29 @@ class HeldOut:
     conds: list[np.ndarray] = field(default_factory=list)  # the condition videos
 
 
-def generate_heldout(held, methods: dict, stride: int, sample_steps: int) -> HeldOut:
-    """Step 4: every method's video of every held-out episode, generated chunk by chunk from its first real frame."""
+def _video_cache(cache_dir: Path, spec, ep_index: int) -> Path | None:
+    """Where a method's video of one held-out episode is kept between runs: named by the model folder
+    (and the time it was written), the temporal switch, the denoising steps and the episode."""
+    import hashlib
+
+    pipe, temporal, steps = spec
+    folder = Path(pipe.config._name_or_path)
+    if not (folder / "model_index.json").exists():
+        return None
+    key = f"{folder.resolve()}|{(folder / 'model_index.json').stat().st_mtime_ns}|{temporal}|{steps}|{ep_index}"
+    return cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+
+
+def generate_heldout(held, methods: dict, stride: int, cache_dir: Path) -> HeldOut:
+    """Step 4: every method's video of every held-out episode, generated chunk by chunk from its first
+    real frame (or read from ``cache_dir``, where a rerun finds what an earlier one generated)."""
     import torch
     from tqdm import tqdm
 
+    from embodied_gym.atomic import atomic_path
     from embodied_gym.visaligner.conditioning import condition_video
 
+    cache_dir.mkdir(parents=True, exist_ok=True)
     h = HeldOut(videos={k: [] for k in methods})
     for ep in tqdm(held, desc="held-out generation", unit="ep"):
         real, sim, smask = ep.real[::stride], ep.sim[::stride], ep.sim_mask[::stride]
@@ -224,9 +286,17 @@ def generate_heldout(held, methods: dict, stride: int, sample_steps: int) -> Hel
             if spec is None:
                 h.videos[name].append(sim)
                 continue
-            pipe, temporal = spec
+            pipe, temporal, steps = spec
+            cached = _video_cache(cache_dir, spec, ep.index)
+            if cached is not None and cached.exists():
+                h.videos[name].append(np.load(cached))
+                continue
             g = torch.Generator().manual_seed(1000 + ep.index)
-            h.videos[name].append(pipe.generate_video(real[0], sim, smask, sample_steps, g, temporal))
+            video = pipe.generate_video(real[0], sim, smask, steps, g, temporal)
+            if cached is not None:
+                with atomic_path(cached) as tmp, open(tmp, "wb") as f:
+                    np.save(f, video)
+            h.videos[name].append(video)
     return h
 
 
@@ -315,7 +385,9 @@ def main() -> int:
     timings["fd_local3d_train_s"] = time.time() - t0
 
     t0 = time.time()
-    h = generate_heldout(held, methods_to_compare(args, pipe_full, pipe_nomask), stride, args.sample_steps)
+    tuned = fine_tune_models(args, train_command(args, dataset, train_eps), out, timings) if args.base else {}
+    methods = methods_to_compare(args, pipe_full, pipe_nomask, tuned)
+    h = generate_heldout(held, methods, stride, out / "heldout_videos")
     timings["heldout_generation_s"] = time.time() - t0
     rows = metric_rows(h, net, n_eval)
     row_order, cols = sample_grid(h, args.figure)

@@ -6,7 +6,12 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+#: The base model that ships with the package (``VisAlignerTrainConfig(init="base")``): the tiny preset
+#: on the pose estimator's crop, trained on randomised sim looks by ``scripts/make_visaligner_base.py``.
+BASE_MODEL_DIR = Path(__file__).resolve().parent / "base_model"
 
 
 @dataclass

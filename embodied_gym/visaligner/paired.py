@@ -37,10 +37,15 @@ class PairedEpisode:
     sim: np.ndarray  # (T, H, W, 3) uint8, the sim render of the replay
     sim_mask: np.ndarray  # (T, H, W) bool, task objects in the sim render
     real_mask: np.ndarray  # (T, H, W) bool, task objects in the real frames
+    # control steps between stored frames: 1 for a recording (every 50 Hz step); the base model's
+    # randomised-look episodes keep only the steps its clips read (embodied_gym.visaligner.base)
+    step_stride: int = 1
 
     def __post_init__(self):
         if not (len(self.real) == len(self.sim) == len(self.sim_mask) == len(self.real_mask)):
             raise ValueError(f"episode {self.index}: real, sim and mask lengths differ")
+        if self.step_stride < 1:
+            raise ValueError(f"episode {self.index}: step_stride must be >= 1, got {self.step_stride}")
 
 
 def crop_paired(episode: PairedEpisode, crop) -> PairedEpisode:
@@ -54,6 +59,31 @@ def crop_paired(episode: PairedEpisode, crop) -> PairedEpisode:
         crop_frames(episode.sim, crop),
         crop_frames(episode.sim_mask, crop, channels=False),
         crop_frames(episode.real_mask, crop, channels=False),
+        episode.step_stride,
+    )
+
+
+def resize_paired(episode: PairedEpisode, size: tuple[int, int]) -> PairedEpisode:
+    """``episode`` with every frame resized to ``size`` (H, W): area averaging for frames, nearest for masks."""
+    import cv2
+
+    h, w = size
+
+    def frames(v: np.ndarray) -> np.ndarray:
+        return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in v])
+
+    def masks(v: np.ndarray) -> np.ndarray:
+        return np.stack([cv2.resize(m.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) for m in v]) > 0
+
+    if episode.real.shape[1:3] == (h, w):
+        return episode
+    return PairedEpisode(
+        episode.index,
+        frames(episode.real),
+        frames(episode.sim),
+        masks(episode.sim_mask),
+        masks(episode.real_mask),
+        episode.step_stride,
     )
 
 
@@ -164,6 +194,7 @@ def save_paired(path: str | os.PathLike, episodes: list[PairedEpisode], meta: di
     for ep in episodes:
         for k in ("real", "sim", "sim_mask", "real_mask"):
             arrays[f"{ep.index}/{k}"] = getattr(ep, k)
+        arrays[f"{ep.index}/step_stride"] = np.array(ep.step_stride)
     write_npz(path, compressed=True, **arrays)
 
 
@@ -171,7 +202,17 @@ def load_paired(path: str | os.PathLike) -> tuple[list[PairedEpisode], dict]:
     with np.load(path) as z:
         meta = json.loads(bytes(z["meta"]).decode())
         idx = sorted({int(k.split("/")[0]) for k in z.files if "/" in k})
-        eps = [PairedEpisode(i, z[f"{i}/real"], z[f"{i}/sim"], z[f"{i}/sim_mask"], z[f"{i}/real_mask"]) for i in idx]
+        eps = [
+            PairedEpisode(
+                i,
+                z[f"{i}/real"],
+                z[f"{i}/sim"],
+                z[f"{i}/sim_mask"],
+                z[f"{i}/real_mask"],
+                int(z[f"{i}/step_stride"]) if f"{i}/step_stride" in z.files else 1,
+            )
+            for i in idx
+        ]
     return eps, meta
 
 

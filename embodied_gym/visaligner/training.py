@@ -5,7 +5,7 @@ Stages, all in ``out/``:
 1. ``paired.npz``: paired episodes (sim replay, masks), built once and reused.
 2. ``vae/`` (tiny preset only): the AutoencoderKL trained on real and sim frames (L1 + MSE + a
    small KL term); its ``scaling_factor`` is set to 1/std of the latents. The svd preset keeps
-   SVD's own VAE frozen.
+   SVD's own VAE frozen, and a fine-tune (``init``) the init model's.
 3. The denoiser (UNet + reference encoder) on clips of ``num_frames`` frames with the diffusion
    loss of :func:`diffusion_loss` (here, on the networks themselves; the pipeline is inference
    only); the VAE is frozen and every frame's latent is computed once up front. ``checkpoint/`` is
@@ -20,6 +20,7 @@ Stages, all in ``out/``:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -37,12 +38,30 @@ from embodied_gym.checkpoints import CheckpointStore
 from embodied_gym.configs import require, setting
 from embodied_gym.progress import progress_bar, report
 from embodied_gym.visaligner.conditioning import condition_video
-from embodied_gym.visaligner.configuration import VisAlignerConfig, preset
+from embodied_gym.visaligner.configuration import BASE_MODEL_DIR, VisAlignerConfig, preset
 from embodied_gym.visaligner.modeling import denoiser_output
 from embodied_gym.visaligner.paired import PairedEpisode, crop_paired, paired_episodes_cached
-from embodied_gym.visaligner.pipeline import CONFIG_NAME, VisAlignerPipeline, build_pipeline, save_png
+from embodied_gym.visaligner.pipeline import (
+    CONFIG_NAME,
+    VisAlignerPipeline,
+    build_pipeline,
+    pipeline_settings,
+    save_png,
+)
 
-__all__ = ["VisAlignerTrainConfig", "diffusion_loss", "sample_clips", "save_png", "train", "train_vae"]
+__all__ = [
+    "VisAlignerTrainConfig",
+    "diffusion_loss",
+    "init_model_dir",
+    "model_config",
+    "sample_clips",
+    "save_png",
+    "train",
+    "train_vae",
+]
+
+#: The model settings a fine-tune (``init``) may change: they act at sampling time only.
+FINE_TUNE_OVERRIDES = frozenset({"num_inference_steps"})
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +81,13 @@ class VisAlignerTrainConfig:
         None, help="segment-anything weights for real-video object masks (default: classical static-camera masks)"
     )
     model: dict = setting(default_factory=dict, help="VisAlignerConfig overrides, e.g. num_frames=8 use_masks=false")
-    vae_steps: int = setting(400, help="VAE fine-tuning steps")
+    init: str | None = setting(
+        None,
+        help="a VisAligner model folder to fine-tune, or `base` for the base model that ships with the package "
+        "(trained on randomised sim looks): its config is the model's, its VAE is kept (no VAE steps) and "
+        "its denoiser trains --steps more",
+    )
+    vae_steps: int = setting(400, help="VAE training steps (tiny preset from scratch; not with --init)")
     vae_batch_size: int = setting(32, help="frames per VAE step")
     vae_lr: float = setting(2e-3, help="VAE learning rate")
     steps: int = setting(1000, help="denoiser training steps")
@@ -89,6 +114,7 @@ class EpisodeLatents:
     real: torch.Tensor  # (T, C, h, w) target frames
     cond: torch.Tensor  # (T, C, h, w) condition frames (sim render + silhouettes, or the plain render)
     mask: torch.Tensor  # (T, 1, h, w)
+    step_stride: int = 1  # the episode's (PairedEpisode.step_stride)
 
 
 def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedEpisode) -> EpisodeLatents:
@@ -100,6 +126,7 @@ def episode_latents(pipe: VisAlignerPipeline, cfg: VisAlignerConfig, ep: PairedE
         pipe.encode_frames(ep.real).cpu(),
         pipe.encode_frames(cond_frames).cpu(),
         pipe.mask_latents(masks, len(ep.sim)).cpu(),
+        ep.step_stride,
     )
 
 
@@ -107,11 +134,12 @@ def sample_clips(latents: list[EpisodeLatents], cfg: VisAlignerConfig, batch: in
     """A batch of (target, condition, mask) clips ``(B, N, ...)``; condition frame 0 = the real
     reference (the clip's first real frame)."""
     tgt, cond, mask = [], [], []
-    span = (cfg.num_frames - 1) * cfg.frame_stride
     for _ in range(batch):
         ep = latents[rng.integers(len(latents))]
         T = len(ep.real)
-        stride = cfg.frame_stride if span < T else max(1, (T - 1) // (cfg.num_frames - 1))
+        frame_stride = stored_stride(cfg, ep.step_stride)
+        span = (cfg.num_frames - 1) * frame_stride
+        stride = frame_stride if span < T else max(1, (T - 1) // (cfg.num_frames - 1))
         s = int(rng.integers(0, max(1, T - (cfg.num_frames - 1) * stride)))
         idx = s + stride * np.arange(cfg.num_frames)
         idx = np.minimum(idx, T - 1)
@@ -123,9 +151,23 @@ def sample_clips(latents: list[EpisodeLatents], cfg: VisAlignerConfig, batch: in
     return torch.stack(tgt), torch.stack(cond), torch.stack(mask)
 
 
+def stored_stride(cfg: VisAlignerConfig, step_stride: int) -> int:
+    """Stored frames between a clip's frames, for an episode that keeps every ``step_stride``-th step.
+
+    Raises:
+        ValueError: the model's ``frame_stride`` is not a multiple of ``step_stride``.
+    """
+    if cfg.frame_stride % step_stride:
+        raise ValueError(
+            f"the model reads every {cfg.frame_stride}th step, but the episodes keep every {step_stride}th; "
+            f"use episodes whose step_stride divides frame_stride"
+        )
+    return cfg.frame_stride // step_stride
+
+
 def clip_frames(ep: PairedEpisode, cfg: VisAlignerConfig, start: int = 0):
     """(real, sim, masks) frames of a clip of ``ep`` (as the sampler picks them), for sample grids."""
-    idx = np.minimum(start + cfg.frame_stride * np.arange(cfg.num_frames), len(ep.real) - 1)
+    idx = np.minimum(start + stored_stride(cfg, ep.step_stride) * np.arange(cfg.num_frames), len(ep.real) - 1)
     masks = ep.sim_mask[idx] if cfg.use_masks else None
     return ep.real[idx], ep.sim[idx], masks
 
@@ -270,8 +312,52 @@ class TrainRun:
         return self.accelerator.is_main_process
 
 
-def train(tc: VisAlignerTrainConfig) -> VisAlignerPipeline:
+def init_model_dir(init: str) -> Path:
+    """The model folder ``init`` names (``base``: the shipped base model).
+
+    Raises:
+        FileNotFoundError: the folder has no ``visaligner_config.json`` (or the base model was not built).
+    """
+    path = BASE_MODEL_DIR if init == "base" else Path(init)
+    if not (path / CONFIG_NAME).exists():
+        fix = (
+            "build it with `python scripts/make_visaligner_base.py --export` (or reinstall the package)"
+            if init == "base"
+            else "pass a folder `visaligner train` wrote (OUT/model)"
+        )
+        raise FileNotFoundError(f"init {init!r}: {path} has no {CONFIG_NAME}; {fix}")
+    return path
+
+
+def model_config(tc: VisAlignerTrainConfig) -> VisAlignerConfig:
+    """The model ``tc`` trains: the preset with ``tc.model`` applied, or the ``init`` model's config (with
+    only :data:`FINE_TUNE_OVERRIDES` changeable).
+
+    Raises:
+        ValueError: ``tc.model`` changes a setting of the ``init`` model that fixes its weights or data.
+    """
+    if tc.init is None:
+        return preset(tc.preset, **tc.model)
+    cfg = VisAlignerConfig.load(init_model_dir(tc.init) / CONFIG_NAME)
+    if tc.preset != cfg.preset:
+        raise ValueError(f"init {tc.init!r} is a {cfg.preset!r} model; drop --preset {tc.preset} to fine-tune it")
+    fixed = {k: v for k, v in tc.model.items() if k not in FINE_TUNE_OVERRIDES}
+    for key, value in fixed.items():
+        if not hasattr(cfg, key):
+            raise ValueError(f"model.{key}: VisAlignerConfig has no such setting")
+        if VisAlignerConfig(**{**cfg.to_dict(), key: value}).to_dict()[key] != cfg.to_dict()[key]:
+            raise ValueError(
+                f"model.{key}={value!r}: the init model {tc.init!r} was trained with {key}={getattr(cfg, key)!r} "
+                f"and a fine-tune keeps it; drop model.{key}, or train from scratch (no --init)"
+            )
+    return dataclasses.replace(cfg, **{k: v for k, v in tc.model.items() if k in FINE_TUNE_OVERRIDES})
+
+
+def train(tc: VisAlignerTrainConfig, episodes: list[PairedEpisode] | None = None) -> VisAlignerPipeline:
     """Train VisAligner (see the module docstring); returns the final pipeline.
+
+    ``episodes``: paired episodes to train on instead of ``tc.dataset``'s (already cut to the model's
+    ``crop``; the base model's randomised looks, :mod:`embodied_gym.visaligner.base`).
 
     The pipeline holds the plain networks for sampling and saving; the loss runs on the networks
     ``accelerator.prepare`` returns (the same parameters), so nothing is swapped in and out.
@@ -280,7 +366,7 @@ def train(tc: VisAlignerTrainConfig) -> VisAlignerPipeline:
         ValueError: the checkpoint in ``out`` was trained with another model configuration.
         FileNotFoundError: the checkpoint in ``out`` lacks the ``visaligner_config.json`` it was trained with.
     """
-    run = _setup(tc)
+    run = _setup(tc, episodes)
     bar = progress_bar(
         range(run.start_step, tc.steps),
         progress=tc.progress and run.main,
@@ -299,19 +385,24 @@ def train(tc: VisAlignerTrainConfig) -> VisAlignerPipeline:
     return _finish(run)
 
 
-def _setup(tc: VisAlignerTrainConfig) -> TrainRun:
-    """The accelerator, the paired episodes, the pipeline (resumed, or built with its VAE trained), the
-    frozen VAE's latents and the optimizer."""
-    if not tc.dataset or not tc.out:
+def _setup(tc: VisAlignerTrainConfig, episodes: list[PairedEpisode] | None) -> TrainRun:
+    """The accelerator, the paired episodes, the pipeline (resumed, the init model, or built with its VAE
+    trained), the frozen VAE's latents and the optimizer."""
+    if not tc.out or (episodes is None and not tc.dataset):
         raise ValueError("VisAligner training needs a dataset and an output folder (--dataset DIR --out DIR)")
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     out = Path(tc.out)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = preset(tc.preset, **tc.model)
+    cfg = model_config(tc)
     accelerator = _accelerator(tc, cfg)
     torch.manual_seed(tc.seed + accelerator.process_index)
-    episodes = _paired_episodes(tc, cfg, accelerator)
+    if episodes is None:
+        episodes = _paired_episodes(tc, cfg, accelerator)
+    if not episodes:
+        raise ValueError("VisAligner training got no paired episodes")
+    for ep in episodes:  # before any work: a wrong data rate fails now, not at the first clip
+        stored_stride(cfg, ep.step_stride)
     store = CheckpointStore(out, unit="step", keep=1)
     pipe, opt_state, start_step, loss_rows = _resume_or_build(tc, cfg, store, accelerator, episodes)
     pipe.to(accelerator.device)
@@ -415,8 +506,14 @@ def _resume_or_build(tc: VisAlignerTrainConfig, cfg: VisAlignerConfig, store: Ch
         state = json.loads(state_path.read_text())
         log.info("resuming from %s at step %d", ckpt, state["step"])
         return pipe, ckpt / "optimizer.pt", state["step"], state["loss"]
-    pipe = build_pipeline(cfg).to(accelerator.device)
     loss_rows: list[dict] = []
+    if tc.init is not None:  # its VAE, UNet and reference encoder; the VAE stays frozen
+        path = init_model_dir(tc.init)
+        log.info("fine-tuning %s", path)
+        pipe = VisAlignerPipeline.from_pretrained(path, dtype=torch.float32).to(accelerator.device)
+        pipe.register_to_config(**pipeline_settings(cfg))  # a fine-tune's own sampling steps
+        return pipe, None, 0, loss_rows
+    pipe = build_pipeline(cfg).to(accelerator.device)
     if cfg.preset == "tiny":
         vae_dir = out / "vae"
         if (vae_dir / "config.json").exists():
