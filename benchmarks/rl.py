@@ -97,7 +97,9 @@ def train(row: str, run: Path, out: Path, task: str, workers: int) -> Path:
 
 def evaluate_on_stand_in(policy: str, json_out: Path, run: Path, task: str, args) -> dict:
     if not json_out.exists():
-        estimator = stage_outputs(run, "perception_offset").get("model")
+        from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
+
+        estimator = sim_policy_estimator(finished_outputs(run))
         cmd = [str(BIN / "embodied-gym"), "eval", "--policy", policy, "--env", f"EmbodieDreamer-{task}-Real-v0"]
         cmd += ["--episodes", str(args.episodes), "--seed", "100000", "--pose-update", "at_reset"]
         cmd += ["--workers", str(args.workers), "--out", str(json_out)]

@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON of the result (default: RUN/sim_gap/WORLD.json)")
     args = p.parse_args(argv)
 
+    from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
     from embodied_gym.policies.evaluate import paired_comparison
     from embodied_gym.sim.physics import resolve_physics
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             args,
             env_id=real_id,
             robot_config=args.robot_config,
-            pose_estimator=stage_outputs(args.run, "perception_offset").get("model"),
+            pose_estimator=sim_policy_estimator(finished_outputs(args.run)),
         ),
     }
     names = list(rows)

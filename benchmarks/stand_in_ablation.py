@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     import embodied_gym
+    from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
     from embodied_gym.policies.evaluate import evaluate_policy, paired_comparison, successes_by_seed
 
     run = Path(args.run)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
     task = json.loads((run / "evaluate" / "stage.json").read_text())["settings"]["task"]
     policy = outputs(args.policy)["policy"]
-    estimator = outputs("perception_offset").get("model") if args.policy != "act_stand_in" else None
+    estimator = sim_policy_estimator(finished_outputs(run)) if args.policy != "act_stand_in" else None
     world = yaml.safe_load(Path(args.robot_config).read_text())
     table = variants(world)
     names = args.variants or list(table)

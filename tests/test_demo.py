@@ -246,6 +246,9 @@ def test_config_errors_name_the_problem(tmp_path):
     bad.write_text("evaluate: {pose_update: sometimes}\n")
     with pytest.raises(ValueError, match="evaluate.pose_update: 'sometimes'"):
         load_config("quick", str(bad))
+    bad.write_text("perception: {sources: [randomized, photos]}\n")
+    with pytest.raises(ValueError, match=r"perception.sources: \['randomized', 'photos'\] must name"):
+        load_config("quick", str(bad))
     cfg = load_config("quick")
     assert cfg.tasks == ["PickCup"] and cfg.observation == "pose_estimate" and cfg.evaluate.episodes >= 30
     assert cfg.pose_update == "at_reset" and cfg.evaluate.pose_update is None
@@ -479,3 +482,69 @@ def test_images_profile_trains_act_on_visaligner_frames_end_to_end(tmp_path):
     evaluation = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["evaluation"]
     assert set(evaluation) == {"act_stand_in", "act_aligned"} and evaluation["act_aligned"]["episodes"] == 1
     assert stages["tpo"]["outputs"].get("skipped") and stages["residual"]["outputs"].get("skipped")
+
+
+def test_aligned_perception_trains_the_robots_estimator_on_visaligner_frames(tmp_path):
+    """`perception.sources: [randomized, visaligner]`: the stand-in demos keep their video, VisAligner is
+    fine-tuned from the shipped base model on them, and perception_aligned trains the robot's estimator on
+    calibrated-sim episodes as VisAligner shows them plus the randomised looks, and re-reads the robot's
+    demonstrations with it (what perception_offset measures its bias on)."""
+    from embodied_gym.data.reader import open_dataset
+    from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
+    from embodied_gym.perception.pose_entry import estimator_source
+    from embodied_gym.visaligner.configuration import BASE_MODEL_DIR, VisAlignerConfig
+    from embodied_gym.visaligner.pipeline import CONFIG_NAME
+
+    va = ["--visaligner.init", "base", "--visaligner.steps", "2", "--visaligner.batch-size", "1"]
+    va += [
+        "--visaligner.sample-steps",
+        "1",
+        "--perception.visaligner-episodes",
+        "1",
+        "--perception.visaligner-steps",
+        "1",
+    ]
+    sources = ["--perception.sources", "randomized", "visaligner", "--evaluate.policies", "act_stand_in", "act_aligned"]
+    from embodied_gym.cli import main
+
+    assert main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "va", *sources, *va]) == 0
+    run = tmp_path / "va"
+    stages = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
+    rec = stages["record"]["outputs"]
+    assert rec["video"] and rec["image_size"] == [240, 320]  # the frames the estimator reads
+    assert open_dataset(rec["dataset"]).image_size("cam_high") == (240, 320)
+    tuned = VisAlignerConfig.load(run / "visaligner" / "train" / "model" / CONFIG_NAME)
+    assert tuned == VisAlignerConfig.load(BASE_MODEL_DIR / CONFIG_NAME)  # the base's model, fine-tuned
+    aligned = stages["perception_aligned"]["outputs"]
+    assert aligned["frames"] == [
+        str(run / "perception" / "frames"),
+        str(run / "perception_aligned" / "visaligner_frames"),
+    ]
+    assert list((run / "perception_aligned" / "visaligner_frames").glob("episode_*.npz"))
+    robot = open_dataset(aligned["robot_dataset"])
+    assert robot.total_episodes == rec["episodes"] and not robot.video_keys
+    sha = estimator_source(aligned["model"])["sha256"]
+    assert all(robot.row(i)["pose_estimator"]["sha256"] == sha for i in range(robot.total_episodes))
+    # what the benchmarks evaluate the sim-trained policies with (perception_offset finds no grasp at these sizes)
+    assert sim_policy_estimator(finished_outputs(run)) == aligned["model"]
+
+
+def test_sim_trained_policies_read_the_best_robot_estimate():
+    """On the robot the sim-trained policies read the bias-corrected estimator, else the one trained on
+    VisAligner frames, else the one they were recorded with; the stand-in-demo policy its own."""
+    from pathlib import Path
+
+    from embodied_gym.demo.configuration import EvaluateStageConfig
+    from embodied_gym.demo.stages import ROBOT, LoopSettings, StageContext, evaluation_runs
+
+    loop = LoopSettings.of(load_config("smoke"), "PickCup")
+    e = EvaluateStageConfig(policies=["act_stand_in", "act_aligned"], in_sim=[], in_nominal_sim=[])
+    policies = {"act_stand_in": {"policy": "S"}, "act_aligned": {"policy": "A"}}
+    for offset, aligned, want in (
+        ({"model": "C"}, {"model": "V"}, "C"),
+        ({"skipped": "no grasps"}, {"model": "V"}, "V"),
+        ({"skipped": "no grasps"}, {"skipped": "sources"}, None),
+    ):
+        ctx = StageContext(loop, Path("."), {**policies, "perception_offset": offset, "perception_aligned": aligned})
+        runs = {name: est for name, _, where, est in evaluation_runs(e, ctx) if where == ROBOT}
+        assert runs == {"act_stand_in": None, "act_aligned": want}

@@ -33,8 +33,7 @@ from embodied_gym.policies.residual import ResidualRLConfig
 from embodied_gym.policies.tpo import TPOConfig
 from embodied_gym.recording.aligned import AlignedDemosConfig
 from embodied_gym.sim.tasks import TASKS
-from embodied_gym.visaligner.configuration import preset
-from embodied_gym.visaligner.training import VisAlignerTrainConfig
+from embodied_gym.visaligner.training import VisAlignerTrainConfig, model_config
 
 PROFILES = Path(__file__).with_name("profiles")
 
@@ -65,6 +64,11 @@ class RecordStageConfig:
     image_size: tuple[int, int] = (64, 80)
     seed: int = 0
     after_success_steps: int = AFTER_SUCCESS_STEPS  # control steps recorded after the first success
+    video: bool = setting(
+        False,
+        help="observation pose_estimate: also store the camera's video (what VisAligner learns from; "
+        "perception.sources visaligner turns it on)",
+    )
     crf: int = DEFAULT_CRF  # video quality (lower keeps more; 0 lossless)
     workers: int | None = setting(
         None, help="processes that roll out the episodes (default: the CPU count)", cache_key=False
@@ -86,6 +90,19 @@ class PerceptionStageConfig:
     frame_stride: int = setting(4, help="keep every k-th frame of an episode")
     workers: int | None = setting(
         None, help="processes that render the frames (default: the CPU count)", cache_key=False
+    )
+    sources: list[str] = setting(
+        default_factory=lambda: ["randomized"],
+        help="what the estimator the sim-trained policies read on the robot learns from: randomized (this "
+        "stage's sim frames in domain-randomised looks) and / or visaligner (calibrated-sim episodes as "
+        "VisAligner, fine-tuned on the robot's recorded video, shows them: adds the stages visaligner and "
+        "perception_aligned, and the record stage stores the camera's video)",
+    )
+    visaligner_episodes: int = setting(
+        40, help="sources visaligner: calibrated-sim episodes rendered through VisAligner"
+    )
+    visaligner_steps: int | None = setting(
+        4, help="sources visaligner: VisAligner's denoising steps (default the model's)"
     )
     robot_offset: bool = setting(
         True,
@@ -153,6 +170,8 @@ class EvaluateStageConfig:
 
 
 OBSERVATIONS = ("pose_estimate", "images")
+#: what the robot's pose estimator can learn from (``perception.sources``)
+PERCEPTION_SOURCES = ("randomized", "visaligner")
 #: the stages that train a policy the evaluate stage can name (act_nominal only with nominal_sim)
 POLICY_STAGES = ("act_stand_in", "act_aligned", "act_nominal", "tpo", "residual")
 
@@ -210,6 +229,11 @@ class DemoConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def aligned_perception(self) -> bool:
+        """The pose path with an estimator trained on VisAligner frames (``perception.sources`` visaligner)."""
+        return self.observation == "pose_estimate" and "visaligner" in self.perception.sources
+
     def devices(self) -> dict[str, str | None]:
         """The torch device of each stage that has one, by its dotted setting name."""
         return {
@@ -253,8 +277,13 @@ class DemoConfig:
                 f"torch, or pass {' '.join(f'--{k} cpu' for k in cuda)}"
             )
         warnings = []
-        model = preset(self.visaligner.preset, **dict(self.visaligner.model))
-        if self.visaligner.preset == "tiny" and tuple(model.image_size) != tuple(self.record.image_size):
+        model = model_config(self.visaligner)
+        images_path = self.observation == "images"
+        if (
+            images_path
+            and self.visaligner.preset == "tiny"
+            and tuple(model.image_size) != tuple(self.record.image_size)
+        ):
             warnings.append(
                 f"VisAligner's model works at {tuple(model.image_size)} but the record stage records "
                 f"{tuple(self.record.image_size)}: frames are resized; set visaligner.model.image_size "
@@ -287,6 +316,11 @@ def check_config(cfg: DemoConfig) -> None:
         raise ValueError(f"unknown task(s) {unknown}; valid: {sorted(TASKS)} or all")
     if cfg.observation not in OBSERVATIONS:
         raise ValueError(f"observation: {cfg.observation!r} is not one of {list(OBSERVATIONS)}")
+    bad = [s for s in cfg.perception.sources if s not in PERCEPTION_SOURCES]
+    if bad or not cfg.perception.sources:
+        raise ValueError(
+            f"perception.sources: {list(cfg.perception.sources)} must name one or more of {list(PERCEPTION_SOURCES)}"
+        )
 
     if cfg.sim_pose_source not in POSE_SOURCES:
         raise ValueError(f"sim_pose_source: {cfg.sim_pose_source!r} is not one of {list(POSE_SOURCES)}")

@@ -18,7 +18,12 @@ and the camera's object-pose estimate:
 - ``act_stand_in``: ACT on those demonstrations (the baseline; needs only the recording, so it may
   train in a second process while the sim stages run: ``background_act_stand_in``).
 - ``calibrate``: PhysAligner fits the sim's physics, delay and backlash to the recording.
-- ``visaligner``: skipped on this path (the policies read the estimate, not the frames).
+- ``visaligner``: with ``visaligner`` in ``perception.sources``, VisAligner fine-tuned on the recorded
+  video (which ``record`` then stores) and the calibrated sim; skipped otherwise (the policies read the
+  estimate, not the frames).
+- ``perception_aligned``: with ``visaligner`` in ``perception.sources``, the estimator the sim-trained
+  policies read on the robot, trained on calibrated-sim episodes as VisAligner shows them (and the
+  randomised looks), and the robot's demonstrations re-read with it.
 - ``generate``: expert demonstrations in the calibrated sim, labelled with the sim's true poses.
 - ``generate_nominal`` / ``act_nominal``: the same in the uncalibrated sim (``nominal_sim``; the
   benchmark's row b).
@@ -48,6 +53,7 @@ from typing import Any
 
 import embodied_gym
 from embodied_gym.configs import in_cache_key
+from embodied_gym.data.reader import open_dataset
 from embodied_gym.data.writer import DEFAULT_CRF
 from embodied_gym.demo.configuration import POLICY_STAGES, DemoConfig
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames
@@ -168,10 +174,12 @@ def _record(
     backend: str = "local",
     pose_source: str = "estimate",
     robot_config: str | None = None,
+    video: bool = False,
 ) -> dict:
     """Expert demonstrations in ``env_id``: with ``estimator``, joint state + its pose estimate
-    (``pose_source="ground_truth"``, sim ids: the sim's true poses in its layout; no video stored
-    either way); without, joint state + ``camera`` frames at ``image_size``."""
+    (``pose_source="ground_truth"``, sim ids: the sim's true poses in its layout; with ``video`` also the
+    camera frames the estimator reads, at its frame size); without, joint state + ``camera`` frames at
+    ``image_size``."""
 
     ground_truth = estimator is not None and pose_source == "ground_truth"
     kwargs: dict[str, Any] = dict(
@@ -197,14 +205,16 @@ def _record(
         backend=backend,
         after_success_steps=after_success_steps,
         crf=crf,
-        cameras=() if estimator else None,
+        cameras=() if estimator and not video else None,
     )
+    stored = open_dataset(out).image_size(camera) if estimator is None or video else None
     return {
         "dataset": str(out),
         "episodes": summary.episodes,
         "expert_success": summary.success_rate,
         "camera": camera,
-        "image_size": list(image_size),
+        "image_size": list(stored) if stored is not None else list(image_size),
+        "video": estimator is None or video,
     }
 
 
@@ -226,7 +236,12 @@ def run_perception(p, ctx: StageContext) -> dict:
     )
     train = ctx.folder / "train"
     res = train_pose_estimator(replace(p.train, data=[str(frames)], out=str(train), resume=True), estimator)
-    return {"model": str(train / "model"), "val_errors": res.val_errors, "loss_png": str(train / "loss.png")}
+    return {
+        "model": str(train / "model"),
+        "frames": str(frames),
+        "val_errors": res.val_errors,
+        "loss_png": str(train / "loss.png"),
+    }
 
 
 def run_record(r, ctx: StageContext) -> dict:
@@ -245,7 +260,7 @@ def run_record(r, ctx: StageContext) -> dict:
                 camera_map=dict(r.camera_map),
                 # with an estimator, the frames it reads are its own size (as the record stage's env renders)
                 image_size=None if estimator is not None else tuple(r.image_size),
-                store_video=estimator is None,  # the policies read the estimate, as the record stage's
+                store_video=estimator is None or r.video,  # the policies read the estimate; VisAligner the video
                 pose_estimator=estimator,
                 pose_update=ctx.loop.pose_update,
                 crf=r.crf,
@@ -273,6 +288,7 @@ def run_record(r, ctx: StageContext) -> dict:
         workers=r.workers,
         estimator=ctx.inputs["perception"].get("model"),
         robot_config=ctx.loop.robot_config,
+        video=r.video,
     )
 
 
@@ -310,6 +326,56 @@ def run_visaligner(v, ctx: StageContext) -> dict:
         )
     )
     return {"model": str(out / "model"), "samples": str(out / "samples")}
+
+
+def run_perception_aligned(p, ctx: StageContext) -> dict:
+    """The estimator the sim-trained policies read on the robot, trained on calibrated-sim episodes as
+    VisAligner shows them (arXiv 2507.05198, section 3.2) and, with ``randomized`` in ``perception.sources``,
+    the perception stage's frames; and the robot's demonstrations with its estimate (re-read from their
+    video), from which the perception_offset stage measures its bias."""
+    from embodied_gym.visaligner.pose_frames import generate_visaligner_frames
+    from embodied_gym.visaligner.render import reference_image
+
+    loop, rec = ctx.loop, ctx.inputs["record"]
+    estimator = PoseEstimatorConfig(task=loop.task)
+    frames = ctx.folder / "visaligner_frames"
+    generate_visaligner_frames(
+        frames,
+        estimator,
+        range(p.visaligner_episodes),
+        ctx.inputs["visaligner"]["model"],
+        reference_image(rec["dataset"], rec["camera"], ctx.folder / "reference.png"),  # the robot's first frame
+        env_kwargs={"physics": ctx.inputs["calibrate"]["result"], "max_episode_steps": loop.max_episode_steps},
+        num_inference_steps=p.visaligner_steps,
+    )
+    data = [str(frames)]
+    randomized = ctx.inputs["perception"].get("frames")
+    if "randomized" in p.sources:
+        if randomized is None:
+            raise ValueError(
+                "perception.sources names randomized, but the perception stage made no frames (perception.model "
+                "gives a trained estimator): drop randomized from perception.sources"
+            )
+        data.insert(0, randomized)
+    train = ctx.folder / "train"
+    res = train_pose_estimator(replace(p.train, data=data, out=str(train), resume=True), estimator)
+    robot = import_lerobot_dataset(
+        ImportConfig(
+            source=rec["dataset"],
+            out=str(ctx.folder / "robot_dataset"),
+            task=loop.task,
+            camera=rec["camera"],
+            store_video=False,
+            pose_estimator=str(train / "model"),
+            pose_update=loop.pose_update,
+        )
+    )
+    return {
+        "model": str(train / "model"),
+        "frames": data,
+        "val_errors": res.val_errors,
+        "robot_dataset": robot.root,
+    }
 
 
 def _generate(g, ctx: StageContext, physics: str | None) -> dict:
@@ -433,9 +499,11 @@ def run_perception_offset(_, ctx: StageContext) -> dict:
     against the sim's (per object: the task's grasped object, and its place target where the
     demonstrations release); a corrected copy of the estimator for the sim-trained policies."""
 
-    estimator = ctx.inputs["perception"]["model"]
+    aligned = ctx.inputs.get("perception_aligned", {})
+    estimator = aligned.get("model") or ctx.inputs["perception"]["model"]
+    robot_dataset = aligned.get("robot_dataset") or ctx.inputs["record"]["dataset"]
     try:
-        fit = fit_estimator_offset(estimator, ctx.inputs["record"]["dataset"], ctx.inputs["generate"]["dataset"])
+        fit = fit_estimator_offset(estimator, robot_dataset, ctx.inputs["generate"]["dataset"])
     except TooFewDemonstrations as e:  # e.g. episodes cut before the grasp: the policies read the estimate as is
         return {"skipped": str(e)}
     corrected_estimator(estimator, fit, ctx.folder / "model")
@@ -475,13 +543,30 @@ _EVAL_FIELDS = ("success_rate", "ci95", "episodes", "mean_return", "mean_reset_p
 ROBOT, CALIBRATED_SIM, NOMINAL_SIM = "robot", "calibrated_sim", "nominal_sim"
 
 
+def sim_policy_estimator(outputs: dict[str, dict]) -> str | None:
+    """The pose estimator the sim-trained policies read on the robot, from stage outputs by stage name: the
+    bias-corrected one (``perception_offset``), else the one trained on VisAligner frames
+    (``perception_aligned``), else None (the one their demonstrations were recorded with)."""
+    return outputs.get("perception_offset", {}).get("model") or outputs.get("perception_aligned", {}).get("model")
+
+
+def finished_outputs(task_folder: str | Path) -> dict[str, dict]:
+    """The outputs of every finished stage of one task's demo run folder (``<runs>/<name>[/<task>]``), by name."""
+    folder = Path(task_folder)
+    return {
+        name: json.loads((folder / name / "stage.json").read_text())["outputs"]
+        for name in STAGE_NAMES
+        if (folder / name / "stage.json").exists()
+    }
+
+
 def evaluation_runs(e, ctx: StageContext) -> list[tuple[str, str, str, str | None]]:
     """(entry name, policy folder or "expert", where (:data:`ROBOT`, :data:`CALIBRATED_SIM`,
     :data:`NOMINAL_SIM`), pose estimator or None) of every evaluation ``e`` asks for. The sim-trained
     policies read the robot's corrected estimate on the robot; in a sim every policy reads the sim's own
     estimator (the one it was recorded with)."""
     policies = {n: ctx.inputs[n]["policy"] for n in e.policies if n != "expert" and "policy" in ctx.inputs.get(n, {})}
-    corrected = ctx.inputs["perception_offset"].get("model")
+    corrected = sim_policy_estimator(ctx.inputs)
     runs: list[tuple[str, str, str, str | None]] = []
     if "expert" in e.policies and e.expert:
         runs.append(("expert", "expert", ROBOT, None))
@@ -568,9 +653,18 @@ def _skip_perception(cfg: DemoConfig) -> str | None:
 
 
 def _skip_visaligner(cfg: DemoConfig) -> str | None:
-    if cfg.observation == "pose_estimate":
-        return "observation: pose_estimate (the policies read the estimate, not the frames)"
+    if cfg.observation == "pose_estimate" and not cfg.aligned_perception:
+        return "observation: pose_estimate and perception.sources without visaligner (nothing reads its frames)"
     return None
+
+
+def _skip_perception_aligned(cfg: DemoConfig) -> str | None:
+    return None if cfg.aligned_perception else "perception.sources without visaligner (observation pose_estimate)"
+
+
+def _record_section(cfg: DemoConfig):
+    """The record stage stores the camera's video when VisAligner learns from it."""
+    return replace(cfg.record, video=cfg.record.video or cfg.aligned_perception)
 
 
 def _skip_offset(cfg: DemoConfig) -> str | None:
@@ -607,7 +701,7 @@ _ROBOT = ("robot_config", "camera_fps", "observation", "pose_update")
 #: The loop, in the order its stages run.
 STAGES: tuple[Stage, ...] = (
     Stage("perception", run_perception, attrgetter("perception"), skip=_skip_perception, resumable=True),
-    Stage("record", run_record, attrgetter("record"), ("perception",), _ROBOT),
+    Stage("record", run_record, _record_section, ("perception",), _ROBOT),
     Stage(
         "act_stand_in",
         run_act_stand_in,
@@ -618,6 +712,15 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("calibrate", run_calibrate, attrgetter("calibrate"), ("record",)),
     Stage("visaligner", run_visaligner, attrgetter("visaligner"), ("record", "calibrate"), skip=_skip_visaligner),
+    Stage(
+        "perception_aligned",
+        run_perception_aligned,
+        attrgetter("perception"),
+        ("perception", "record", "calibrate", "visaligner"),
+        ("pose_update",),
+        skip=_skip_perception_aligned,
+        resumable=True,
+    ),
     Stage(
         "generate",
         run_generate,
@@ -643,14 +746,14 @@ STAGES: tuple[Stage, ...] = (
         "perception_offset",
         run_perception_offset,
         lambda cfg: OffsetSettings(cfg.perception.robot_offset),
-        ("perception", "record", "generate"),
+        ("perception", "record", "perception_aligned", "generate"),
         skip=_skip_offset,
     ),
     Stage(
         "evaluate",
         run_evaluate,
         attrgetter("evaluate"),
-        ("record", "calibrate", *POLICY_STAGES, "perception_offset"),
+        ("record", "calibrate", *POLICY_STAGES, "perception_aligned", "perception_offset"),
         ("robot_config",),
         resumable=True,
     ),
