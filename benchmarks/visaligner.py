@@ -125,13 +125,16 @@ def record_dataset(args, dataset: Path, out: Path) -> None:
     wait([run(CLI + cmd, out / "record.log")])
 
 
+def data_command(args, dataset: Path, train_eps: list[int]) -> list[str]:
+    """The ``visaligner train`` arguments every model here shares: the data and the training loop."""
+    cmd = ["visaligner", "train", "--dataset", str(dataset), "--batch-size", str(args.batch_size)]
+    return cmd + ["--sample-every", "200", "--checkpoint-every", "50", "--episodes", *map(str, train_eps)]
+
+
 def train_command(args, dataset: Path, train_eps: list[int]) -> list[str]:
-    """The ``visaligner train`` arguments both models share."""
-    cmd = ["visaligner", "train", "--dataset", str(dataset), "--preset", "tiny"]
-    cmd += ["--image-size", *map(str, args.image_size), "--vae-steps", str(args.vae_steps)]
-    cmd += ["--batch-size", str(args.batch_size), "--sample-every", "200", "--checkpoint-every", "50"]
-    cmd += ["--episodes", *map(str, train_eps)]
-    return cmd + (["--crop", *map(str, args.crop)] if args.crop else [])
+    """The ``visaligner train`` arguments of the models trained from scratch (the base fixes its own model)."""
+    cmd = data_command(args, dataset, train_eps) + ["--preset", "tiny", "--image-size", *map(str, args.image_size)]
+    return cmd + ["--vae-steps", str(args.vae_steps)] + (["--crop", *map(str, args.crop)] if args.crop else [])
 
 
 def train_models(args, common: list[str], out: Path, timings: dict[str, float]) -> tuple[Path, Path]:
@@ -163,15 +166,9 @@ def train_models(args, common: list[str], out: Path, timings: dict[str, float]) 
     return full, nomask
 
 
-def fine_tune_models(args, common: list[str], out: Path, timings: dict[str, float]) -> dict[int, Path]:
+def fine_tune_models(args, base_cmd: list[str], out: Path, timings: dict[str, float]) -> dict[int, Path]:
     """Step 2b: the base model fine-tuned for each of ``--fine-tune-steps`` (one after another, every
     core; each resumes), with its wall time."""
-    base_cmd = [c for c in common if c not in ("--preset", "tiny")]
-    # the base fixes the model: image size and crop are its own
-    for flag, n in (("--image-size", 2), ("--crop", 4), ("--vae-steps", 1)):
-        if flag in base_cmd:
-            i = base_cmd.index(flag)
-            del base_cmd[i : i + 1 + n]
     models = {}
     for n in sorted(args.fine_tune_steps):
         d = out / f"fine_tune_{n}"
@@ -385,7 +382,7 @@ def main() -> int:
     timings["fd_local3d_train_s"] = time.time() - t0
 
     t0 = time.time()
-    tuned = fine_tune_models(args, train_command(args, dataset, train_eps), out, timings) if args.base else {}
+    tuned = fine_tune_models(args, data_command(args, dataset, train_eps), out, timings) if args.base else {}
     methods = methods_to_compare(args, pipe_full, pipe_nomask, tuned)
     h = generate_heldout(held, methods, stride, out / "heldout_videos")
     timings["heldout_generation_s"] = time.time() - t0
