@@ -484,11 +484,11 @@ def test_images_profile_trains_act_on_visaligner_frames_end_to_end(tmp_path):
     assert stages["tpo"]["outputs"].get("skipped") and stages["residual"]["outputs"].get("skipped")
 
 
-def test_aligned_perception_trains_the_robots_estimator_on_visaligner_frames(tmp_path):
+def test_aligned_perception_trains_the_robots_estimator_on_visaligner_frames(tmp_path, capsys):
     """`perception.sources: [randomized, visaligner]`: the stand-in demos keep their video, VisAligner is
     fine-tuned from the shipped base model on them, and perception_aligned trains the robot's estimator on
     calibrated-sim episodes as VisAligner shows them plus the randomised looks, and re-reads the robot's
-    demonstrations with it (what perception_offset measures its bias on)."""
+    demonstrations with it (what perception_offset measures its bias on); a stop in either stage resumes."""
     from embodied_gym.data.reader import open_dataset
     from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
     from embodied_gym.perception.pose_entry import estimator_source
@@ -527,6 +527,24 @@ def test_aligned_perception_trains_the_robots_estimator_on_visaligner_frames(tmp
     assert all(robot.row(i)["pose_estimator"]["sha256"] == sha for i in range(robot.total_episodes))
     # what the benchmarks evaluate the sim-trained policies with (perception_offset finds no grasp at these sizes)
     assert sim_policy_estimator(finished_outputs(run)) == aligned["model"]
+
+    # stopped in VisAligner's fine-tune and in perception_aligned: the rerun continues both in their folders
+    # (the fine-tune's last checkpoint is its final step, the frames are there) instead of starting over
+    for stage in ("visaligner", "perception_aligned"):
+        done = json.loads((run / stage / "stage.json").read_text())
+        (run / stage / "stage.json").unlink()
+        (run / stage / "stage.started.json").write_text(json.dumps({"key": done["key"]}))
+    checkpoints = sorted(p.name for p in (run / "visaligner" / "train" / "checkpoints").iterdir())
+    frames = {p: p.stat().st_mtime_ns for p in (run / "perception_aligned" / "visaligner_frames").glob("*.npz")}
+    capsys.readouterr()
+    assert main(["demo", "--profile", "smoke", "--runs", str(tmp_path), "--name", "va", *sources, *va]) == 0
+    out = capsys.readouterr().err
+    assert "visaligner: resuming the run a stop left unfinished" in out
+    assert "perception_aligned: resuming the run a stop left unfinished" in out
+    assert sorted(p.name for p in (run / "visaligner" / "train" / "checkpoints").iterdir()) == checkpoints
+    assert {p: p.stat().st_mtime_ns for p in frames} == frames
+    again = json.loads((run / "summary.json").read_text())["tasks"]["PickCup"]["stages"]
+    assert [n for n, s in again.items() if not s["cached"]] == ["visaligner", "perception_aligned"]
 
 
 def test_sim_trained_policies_read_the_best_robot_estimate():

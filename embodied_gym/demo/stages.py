@@ -711,7 +711,14 @@ STAGES: tuple[Stage, ...] = (
         resumable=True,
     ),
     Stage("calibrate", run_calibrate, attrgetter("calibrate"), ("record",)),
-    Stage("visaligner", run_visaligner, attrgetter("visaligner"), ("record", "calibrate"), skip=_skip_visaligner),
+    Stage(
+        "visaligner",
+        run_visaligner,
+        attrgetter("visaligner"),
+        ("record", "calibrate"),
+        skip=_skip_visaligner,
+        resumable=True,
+    ),
     Stage(
         "perception_aligned",
         run_perception_aligned,
