@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
-    from embodied_gym.policies.evaluate import paired_comparison
+    from embodied_gym.policies.evaluate import pairwise_comparisons
 
     outputs = finished_outputs(args.run)
     missing = [s for s in ("perception", "record", "generate", "perception_aligned", "act_aligned") if s not in outputs]
@@ -113,11 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {n} | {100 * sum(rows[n]) / len(rows[n]):.0f} % |")
     print("\n| pair | only first / only second | exact McNemar p |\n|---|---|---|")
     tests = {}
-    for i in range(len(names)):
-        for j in range(i + 1, len(names)):
-            c = paired_comparison(dict(enumerate(rows[names[i]])), dict(enumerate(rows[names[j]])))
-            tests[f"{names[i]} vs {names[j]}"] = c.to_json()
-            print(f"| {names[i]} vs {names[j]} | {c.only_a} / {c.only_b} | {c.p_value:.2g} |")
+    for (a, b), c in pairwise_comparisons(rows).items():
+        tests[f"{a} vs {b}"] = c.to_json()
+        print(f"| {a} vs {b} | {c.only_a} / {c.only_b} | {c.p_value:.2g} |")
     out.write_text(json.dumps({"task": args.task, "world": world, "rows": rows, "tests": tests}, indent=1))
     return 0
 

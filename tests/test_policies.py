@@ -901,6 +901,16 @@ def test_paired_comparison_counts_only_shared_seeds():
         paired_comparison({1: True}, {2: True})
 
 
+def test_pairwise_comparisons_pair_every_row_with_every_later_one_on_the_same_episodes():
+    from embodied_gym.policies.evaluate import pairwise_comparisons
+
+    rows = {"x": [True, True, False, False], "y": [True, False, False, False], "z": [False, True, True, True]}
+    found = pairwise_comparisons(rows)
+    assert list(found) == [("x", "y"), ("x", "z"), ("y", "z")]
+    assert (found["x", "y"].only_a, found["x", "y"].only_b, found["x", "y"].both) == (1, 0, 1)
+    assert (found["y", "z"].only_a, found["y", "z"].only_b, found["y", "z"].rate_b) == (1, 3, 0.75)
+
+
 def test_backbone_weights_file_initialises_acts_resnet(tiny_dataset, tmp_path):
     """A local torchvision ResNet-18 state dict (safetensors) lands in LeRobot ACT's backbone; one that
     does not fit is refused, naming the file."""

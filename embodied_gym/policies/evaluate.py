@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -96,6 +96,17 @@ def paired_comparison[K: Hashable](a: Mapping[K, bool], b: Mapping[K, bool]) -> 
         rate_b=sum(b[s] for s in seeds) / n,
         p_value=mcnemar_exact(only_a, only_b),
     )
+
+
+def pairwise_comparisons(rows: Mapping[str, Sequence[bool]]) -> dict[tuple[str, str], PairedComparison]:
+    """Every pair of ``rows`` (name -> success per episode, episode ``i`` on the same seed in every row), in the
+    rows' order: ``{(first, second): comparison}``."""
+    names = list(rows)
+    return {
+        (a, b): paired_comparison(dict(enumerate(rows[a])), dict(enumerate(rows[b])))
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    }
 
 
 def successes_by_seed(result: EvalResult | dict) -> dict[int, bool]:
