@@ -8,7 +8,7 @@ evaluated on the stand-in on the same seeds (the demo's evaluation seeds, as man
   as the run corrected it (what the demo itself evaluates);
 
 and ``act_stand_in`` (ACT on the stand-in demonstrations, its recording's estimator) beside them. Exact McNemar
-tests between the rows; each row's successes are kept in ``--out``'s folder and read back on a rerun.
+tests between the rows; each row's evaluation JSON is kept in ``--out``'s folder and read back on a rerun.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/perception_sources.py --run runs/pick_va --episodes 100 \\
         [--robot-config embodied_gym/robots/stand_in_world2.yaml] [--workers 2] [--out FILE.json]
@@ -41,14 +41,15 @@ def randomized_estimator(outputs: dict, folder: Path) -> tuple[str, str]:
     return str(corrected), "bias-corrected"
 
 
-def evaluate_row(name: str, policy: str, folder: Path, args, estimator: str | None) -> list[bool]:
-    """``policy``'s success per seed on the stand-in reading ``estimator`` (None: its own)."""
+def evaluate_row(name: str, policy: str, folder: Path, args, estimator: str | None) -> dict:
+    """``policy`` on the stand-in reading ``estimator`` (None: its own): the evaluation JSON (per-episode success
+    and the reset frame's estimate error)."""
     from embodied_gym.policies.evaluate import evaluate_policy
 
     path = folder / f"{name}.json"
     if not path.exists():
         print(f"[sources] {name}: {args.episodes} episodes", flush=True)
-        r = evaluate_policy(
+        evaluate_policy(
             policy,
             f"EmbodieDreamer-{args.task}-Real-v0",
             args.episodes,
@@ -59,9 +60,9 @@ def evaluate_row(name: str, policy: str, folder: Path, args, estimator: str | No
             max_episode_steps=args.max_episode_steps,
             workers=args.workers,
             progress=False,
+            out=str(path),
         )
-        path.write_text(json.dumps({"successes": [bool(e.success) for e in r.per_episode], "estimator": estimator}))
-    return json.loads(path.read_text())["successes"]
+    return json.loads(path.read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,18 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         rows["act_stand_in (its recording's estimator)"] = evaluate_row(
             "act_stand_in", outputs["act_stand_in"]["policy"], folder, args, None
         )
-    names = list(rows)
     world = Path(args.robot_config).stem if args.robot_config else "default"
     print(f"\n{args.task}, {world} world, {args.run}, {args.episodes} paired seeds from {args.seed}")
-    print("| policy, estimator on the robot | success |\n|---|---|")
-    for n in names:
-        print(f"| {n} | {100 * sum(rows[n]) / len(rows[n]):.0f} % |")
+    print("| policy, estimator on the robot | success | reset-frame estimate error, cm (mean) |\n|---|---|---|")
+    for n, r in rows.items():
+        error = r["mean_reset_pose_error_cm"]
+        print(f"| {n} | {r['success_rate']:.0%} | {'-' if error is None else f'{error:.2f}'} |")
+    successes = {n: [e["success"] for e in r["per_episode"]] for n, r in rows.items()}
     print("\n| pair | only first / only second | exact McNemar p |\n|---|---|---|")
     tests = {}
-    for (a, b), c in pairwise_comparisons(rows).items():
+    for (a, b), c in pairwise_comparisons(successes).items():
         tests[f"{a} vs {b}"] = c.to_json()
         print(f"| {a} vs {b} | {c.only_a} / {c.only_b} | {c.p_value:.2g} |")
-    out.write_text(json.dumps({"task": args.task, "world": world, "rows": rows, "tests": tests}, indent=1))
+    out.write_text(json.dumps({"task": args.task, "world": world, "rows": successes, "tests": tests}, indent=1))
     return 0
 
 
