@@ -66,6 +66,18 @@ want=$(cat pyproject.toml constraints.txt plugins/*/pyproject.toml | sha256sum |
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
   say "environment up to date (.venv)"
 else
+  # PyPI's Linux PyTorch wheels bring CUDA's libraries: the first install fills about 6.5 GiB of .venv, plus
+  # pip's unpacked downloads in TMPDIR. Stop before pip does, with the numbers, rather than midway on ENOSPC.
+  if [[ ! -d .venv/lib/python3.12/site-packages/torch && -z ${EMBODIED_GYM_SKIP_DISK_CHECK:-} ]]; then
+    need_gib=8
+    free_gib=$(df -Pk .venv | awk 'NR==2 {print int($4 / 1048576)}')
+    if ((free_gib < need_gib)); then
+      say "not enough disk for the first install: $(cd .venv && pwd) has ${free_gib} GiB free, it needs about ${need_gib} GiB"
+      say "free some space (or set TMPDIR to a larger disk for pip's downloads) and rerun;"
+      say "EMBODIED_GYM_SKIP_DISK_CHECK=1 skips this check"
+      exit 1
+    fi
+  fi
   say "installing the pinned stack into .venv (a few minutes the first time)"
   .venv/bin/python -m pip install -q --upgrade pip
   # A machine-wide pip constraint (e.g. /etc/xdg/pip) must not fight our pins: ours are exact.
