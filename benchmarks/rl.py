@@ -18,6 +18,9 @@ Rows (each a policy folder under ``--out``; a row that finished is read, not rer
 - ``tpo_noise`` (not run by default): the defaults with ``--state-noise 0.005``, the arm-state noise the
   quick demo's ACT trains with, in every preference step (a policy trained before ACT recorded its state
   noise gets none by default);
+- ``tpo_ensemble`` (not run by default): the defaults with ``--rollout-action ensemble``: the rollouts sample
+  around, and the likelihood is centred on, the action ACT's temporal ensembling executes (as the policy is
+  deployed) instead of the newest chunk's first element;
 - ``residual``: ``embodied-gym train residual`` (PPO), the same budget in env steps.
 
 The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/lerobot_W`` writes. Every TPO
@@ -52,6 +55,7 @@ TPO_ROWS = {
     "tpo_truth": ["--rollout-poses", "ground_truth"],
     "tpo_grip": ["--contact-spread", "0.3"],
     "tpo_noise": ["--state-noise", "0.005"],
+    "tpo_ensemble": ["--rollout-action", "ensemble"],
 }
 RESIDUAL = ["--total-steps", "36000", "--n-envs", "2"]
 LABELS = {
@@ -61,6 +65,7 @@ LABELS = {
     "tpo_truth": "(c) + TPO, rollouts on true poses",
     "tpo_grip": "(c) + TPO, grip redrawn per start state (±30 %)",
     "tpo_noise": "(c) + TPO, 5 mrad arm-state noise in the updates",
+    "tpo_ensemble": "(c) + TPO, rollouts and likelihood of the temporal ensemble",
     "residual": "(c) + SB3 PPO residual",
 }
 

@@ -459,6 +459,73 @@ def test_tpo_rollout_noise_scale(tiny_act):
     assert TPOConfig(policy="p", env_id="e", out="o").rollout_noise is None  # default: the likelihood's b
 
 
+def test_temporal_ensemble_matches_lerobots_online_ensembler():
+    """The likelihood's all-at-once ensemble is the average LeRobot's ACTTemporalEnsembler executes step by step."""
+    from lerobot.policies.act.modeling_act import ACTTemporalEnsembler
+
+    from embodied_gym.policies.tpo import temporal_ensemble
+
+    chunks = torch.randn(9, 4, 3, generator=torch.Generator().manual_seed(0))
+    online = ACTTemporalEnsembler(0.3, 4)
+    executed = torch.stack([online.update(chunks[t : t + 1])[0] for t in range(9)])
+    torch.testing.assert_close(temporal_ensemble(chunks, 0.3), executed)
+
+
+def _ensembling_copy(policy_dir, out):
+    """A copy of an ACT folder whose config runs temporal ensembling (coefficient 0.01, a query every step)."""
+    import shutil
+
+    shutil.copytree(policy_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config.update(temporal_ensemble_coeff=0.01, n_action_steps=1)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def test_tpo_samples_and_scores_the_ensembled_policy(tiny_act, tmp_path):
+    """rollout_action 'ensemble': a noiseless rollout executes what eval runs (the temporal ensemble), the
+    likelihood is centred on it (each step at its maximum but for joint-limit clipping), and a TPO iteration
+    runs; a policy without ensembling is refused."""
+    out, _, _ = tiny_act
+    policy = _ensembling_copy(latest_checkpoint(out) / "pretrained_model", tmp_path / "ens")
+    agent = ACTAgent(policy)
+    env = make_env_for(agent, "EmbodieDreamer-PickCup-v0", max_episode_steps=15)
+    agent.reset()
+    traj = rollout(agent, env, "PickCup", 3, 0.0, np.random.default_rng(0), "ensemble")
+    agent.reset()
+    chunk = rollout(agent, env, "PickCup", 3, 0.0, np.random.default_rng(0), "chunk")
+    agent.reset()  # what eval executes: agent(obs) with the policy's own ensembling
+    obs, deployed = env.reset(seed=3)[0], []
+    for _ in range(15):
+        deployed.append(agent(obs))
+        obs = env.step(deployed[-1])[0]
+    env.close()
+    assert traj.actions.shape == (15, 1, 14) and float((traj.actions - chunk.actions).abs().max()) > 1e-4
+    torch.testing.assert_close(traj.actions[:, 0], torch.as_tensor(np.stack(deployed)), atol=1e-5, rtol=0)
+    lik = ACTLikelihood(agent.policy, agent.pre, 0.1, "mean", ensemble_coeff=0.01)
+    with torch.no_grad():
+        logp = lik.log_prob(traj)
+        chunk_lik = ACTLikelihood(agent.policy, agent.pre, 0.1, "mean").log_prob(traj)
+    assert float(logp) == pytest.approx(-14 * math.log(0.2), abs=0.5) and float(chunk_lik) < float(logp)
+    cfg = TPOConfig(
+        policy=str(policy),
+        env_id="EmbodieDreamer-PickCup-v0",
+        out=str(tmp_path / "tpo"),
+        iterations=1,
+        rollouts=2,
+        pairs=1,
+        min_score_gap=0.0,
+        epochs=1,
+        eval_episodes=0,
+        max_episode_steps=10,
+        rollout_action="ensemble",
+        progress=False,
+    )
+    assert [r["iteration"] for r in train_tpo(cfg)] == [1]
+    with pytest.raises(ValueError, match="runs without temporal ensembling"):
+        train_tpo(dataclasses.replace(cfg, policy=str(out), out=str(tmp_path / "t2")))
+
+
 def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     out, _, _ = tiny_act
     cfg = TPOConfig(

@@ -21,6 +21,11 @@ standard deviation over the demonstrations), so
 With action chunking the policy is queried every ``n_action_steps`` steps; the action executed
 at step ``s + j`` is element ``j`` of the chunk predicted at ``o_s``, and that element is the
 ``â`` its likelihood uses (with temporal ensembling, ``n_action_steps`` = 1: element 0 at every step).
+With ``rollout_action`` = "ensemble" (a policy trained with temporal ensembling) ``â`` is instead the
+action the ensemble executes, as ``eval`` deploys the policy: the weighted mean of element ``t - s`` of
+every chunk predicted at the last ``chunk_size`` steps ``s`` (:func:`temporal_ensemble`), so the
+likelihood's gradient reaches each of those chunks; element 0 alone carries about 1/``chunk_size``
+of a deployed action.
 ``log π(τ)`` sums over every executed step. Rollouts *sample* this policy (Laplace noise of scale
 ``b`` added to each executed action in normalised units): a deterministic rollout would make every
 executed action equal to ``â`` and the L1 likelihood's gradient zero. ``â`` is computed with ACT's
@@ -120,6 +125,14 @@ class TPOConfig:
     lr: float = setting(1e-5, help="learning rate")
     batch_size: int = setting(8, help="preference pairs per gradient step")
     laplace_scale: float = setting(0.1, help="b of the Laplace likelihood, in normalised action units")
+    rollout_action: str = setting(
+        "chunk",
+        choices=("chunk", "ensemble"),
+        help="what the rollouts' noise is added to and each executed action's likelihood is centred on: 'chunk', "
+        "the element of the newest predicted chunk that step runs; 'ensemble', the action ACT's temporal "
+        "ensembling deploys (the weighted mean over every chunk predicted in the last chunk_size steps; a policy "
+        "trained with --temporal-ensemble), so TPO samples and scores the policy as eval runs it",
+    )
     rollout_noise: float | None = setting(
         None,
         help="b of the Laplace noise the rollouts sample with (default: "
@@ -289,13 +302,30 @@ def laplace_log_prob(
     return (per_step * mask).sum(-1)
 
 
+def temporal_ensemble(chunks: torch.Tensor, coeff: float) -> torch.Tensor:
+    """The actions ACT's temporal ensembling executes for one episode's chunks, all at once and differentiable:
+    ``chunks`` (T, C, D), the chunk predicted at every step, -> (T, D). The action at step t averages element
+    t - s of every chunk s in (t - C, t], with weights exp(-coeff * i), i = 0 for the oldest chunk (LeRobot's
+    ``ACTTemporalEnsembler``, which computes the same average online)."""
+    steps, size = chunks.shape[:2]
+    t = torch.arange(steps, device=chunks.device)[:, None]
+    j = torch.arange(size, device=chunks.device)[None, :]
+    source = t - j  # the chunk whose element j is due at step t
+    in_window = (source >= 0).to(chunks.dtype)
+    age = (torch.clamp(t + 1, max=size) - 1 - j).clamp(min=0)  # 0: the oldest chunk in the window
+    weights = torch.exp(-coeff * age.to(chunks.dtype)) * in_window
+    values = chunks[source.clamp(min=0), j.expand(steps, size)]  # (T, C, D)
+    return (weights[..., None] * values).sum(1) / weights.sum(1, keepdim=True)
+
+
 class ACTLikelihood:
     """``log π(τ)`` of an ACT policy for stored trajectories (see the module docstring)."""
 
-    def __init__(self, policy, preprocessor, scale: float, reduction: str = "sum"):
+    def __init__(self, policy, preprocessor, scale: float, reduction: str = "sum", ensemble_coeff: float | None = None):
         if reduction not in ("sum", "mean"):
             raise ValueError(f"likelihood must be 'sum' or 'mean', got {reduction!r}")
         self.policy, self.pre, self.scale, self.reduction = policy, preprocessor, scale, reduction
+        self.ensemble_coeff = ensemble_coeff  # not None: centre each step on the temporal ensemble
 
     def chunk_predictions(self, states, images: dict, actions, env_state=None):
         """Normalised (executed actions, predicted chunk) for a batch of query steps; grad flows.
@@ -314,6 +344,8 @@ class ACTLikelihood:
         if self.policy.config.image_features:  # ACT takes its batch size from the first image when present
             batch[F.IMAGES] = [batch[k] for k in self.policy.config.image_features]
         predicted = self.policy.model(batch)[0]  # inference path: no "action" key -> latent 0
+        if self.ensemble_coeff is not None:  # every chunk whole: log_probs ensembles them per trajectory
+            return actions_norm, predicted
         k = actions_norm.shape[1]
         return actions_norm, predicted[:, :k]
 
@@ -337,6 +369,11 @@ class ACTLikelihood:
         env_state = torch.cat([t.env_state for t in trajs]) if all(has_state) else None  # type: ignore[misc]
         actions = torch.cat([t.actions for t in trajs])
         a, pred = self.chunk_predictions(torch.cat([t.states for t in trajs]), images, actions, env_state)
+        if self.ensemble_coeff is not None:  # a query every step, one action each: centre it on the ensemble
+            if a.shape[1] != 1:
+                raise ValueError("an ensembled likelihood needs one executed action per query step (n_action_steps 1)")
+            chunks = pred.split([len(t.states) for t in trajs])
+            pred = torch.cat([temporal_ensemble(c, self.ensemble_coeff) for c in chunks])[:, None]
         mask = torch.cat([t.mask for t in trajs]).to(a.device, torch.float32)
         owner = torch.repeat_interleave(
             torch.arange(len(trajs), device=a.device), torch.tensor([len(t.states) for t in trajs], device=a.device)
@@ -349,11 +386,16 @@ class ACTLikelihood:
 
 
 # ----------------------------------------------------------------------------- rollouts
-def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Generator) -> Trajectory:
+def rollout(
+    agent, env, task: str, seed: int, scale: float, rng: np.random.Generator, around: str = "chunk"
+) -> Trajectory:
     """One episode of ``agent`` (an :class:`~embodied_gym.policies.agents.ACTAgent`) sampling
-    its Laplace policy; stores the query observations (with the pose estimate, for a policy that
-    reads it) and the executed actions."""
+    its Laplace policy around the newest chunk's actions (``around`` 'chunk') or around the temporal
+    ensemble's action as ``eval`` deploys it ('ensemble'); stores the query observations (with the pose
+    estimate, for a policy that reads it) and the executed actions."""
     policy, k = agent.policy, agent.policy.config.n_action_steps
+    if around == "ensemble" and policy.config.temporal_ensemble_coeff is None:
+        raise ValueError(f"{agent.path}: sampling around the temporal ensemble needs a policy with ensembling")
     std = agent.action_stats()[1]
     obs, info = env.reset(seed=seed)
     start_info = info
@@ -366,7 +408,10 @@ def rollout(agent, env, task: str, seed: int, scale: float, rng: np.random.Gener
     while not done:
         raw = agent.observation_batch(obs)
         with torch.no_grad():
-            pred = agent.post(policy.predict_action_chunk(agent.pre(raw)))[0, :k].cpu().numpy()
+            if around == "ensemble":  # the ensembler keeps the episode's chunks (agent.reset() clears them)
+                pred = agent.post(policy.select_action(agent.pre(raw))).cpu().numpy()
+            else:
+                pred = agent.post(policy.predict_action_chunk(agent.pre(raw)))[0, :k].cpu().numpy()
         states.append(raw[F.STATE][0])
         if env_states is not None:
             env_states.append(raw[F.ENV_STATE][0].clone())
@@ -559,6 +604,8 @@ def _check_config(cfg: TPOConfig):
         raise ValueError(
             f"rollout_workers and rollouts_per_seed must be >= 1, got {cfg.rollout_workers} and {cfg.rollouts_per_seed}"
         )
+    if cfg.rollout_action not in ("chunk", "ensemble"):
+        raise ValueError(f"rollout_action must be 'chunk' or 'ensemble', got {cfg.rollout_action!r}")
     if cfg.likelihood not in ("mean", "sum"):
         raise ValueError(f"likelihood must be 'mean' or 'sum', got {cfg.likelihood!r}")
     if not 0.0 <= cfg.contact_spread <= 1.0:
@@ -601,6 +648,7 @@ def _setup(cfg: TPOConfig) -> TPORun:
     reference.eval()
     for p in reference.parameters():
         p.requires_grad_(False)
+    ensemble = _ensemble_coeff(cfg, reference_agent)
     env = _make_rollout_env(agent, cfg, estimator)
     optimizer = make_optimizer([p for p in agent.policy.parameters() if p.requires_grad], cfg.lr, 0.0, cfg.device)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -623,12 +671,26 @@ def _setup(cfg: TPOConfig) -> TPORun:
         optimizer=optimizer,
         generator=generator,
         meta=meta,
-        likelihood=ACTLikelihood(agent.policy, agent.pre, cfg.laplace_scale, cfg.likelihood),
-        ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale, cfg.likelihood),
+        likelihood=ACTLikelihood(agent.policy, agent.pre, cfg.laplace_scale, cfg.likelihood, ensemble),
+        ref_likelihood=ACTLikelihood(reference, agent.pre, cfg.laplace_scale, cfg.likelihood, ensemble),
         noise=cfg.laplace_scale if cfg.rollout_noise is None else cfg.rollout_noise,
         task=task,
         state_noise=_state_noise(cfg, reference_agent),
     )
+
+
+def _ensemble_coeff(cfg: TPOConfig, reference_agent) -> float | None:
+    """The temporal-ensembling coefficient the likelihoods average chunks with (``rollout_action`` 'ensemble'),
+    the reference policy's own; None for 'chunk'."""
+    if cfg.rollout_action != "ensemble":
+        return None
+    coeff = reference_agent.policy.config.temporal_ensemble_coeff
+    if coeff is None:
+        raise ValueError(
+            f"rollout_action 'ensemble': policy {cfg.policy} runs without temporal ensembling (its config's "
+            "temporal_ensemble_coeff is null); train it with --temporal-ensemble COEFF, or use --rollout-action chunk"
+        )
+    return float(coeff)
 
 
 def _state_noise(cfg: TPOConfig, reference_agent) -> float:
@@ -716,7 +778,8 @@ def _collect_rollouts(run: TPORun, it: int, pool=None) -> list[Trajectory]:
     for i in bar:
         seed, sample = plan[i]
         run.agent.reset()
-        trajs.append(rollout(run.agent, run.env, run.task, seed, run.noise, np.random.default_rng(sample)))
+        rng = np.random.default_rng(sample)
+        trajs.append(rollout(run.agent, run.env, run.task, seed, run.noise, rng, cfg.rollout_action))
     return trajs
 
 
@@ -732,7 +795,9 @@ def _init_rollout_worker(cfg: TPOConfig, reference_dir: str, estimator: str | No
     torch.set_num_threads(1)  # one core per worker
     agent = ACTAgent(reference_dir, device=cfg.device)
     env = _make_rollout_env(agent, cfg, estimator)
-    _ROLLOUT_WORKER.update(agent=agent, env=env, policy_dir=reference_dir, task=task, device=cfg.device)
+    _ROLLOUT_WORKER.update(
+        agent=agent, env=env, policy_dir=reference_dir, task=task, device=cfg.device, around=cfg.rollout_action
+    )
     util.Finalize(None, env.close, exitpriority=10)
 
 
@@ -743,7 +808,7 @@ def _worker_rollout(policy_dir: str, seed: int, noise: float, sample_seed: int) 
     if w["policy_dir"] != policy_dir:  # a new iteration: its policy
         w["agent"], w["policy_dir"] = ACTAgent(policy_dir, device=w["device"]), policy_dir
     w["agent"].reset()
-    return rollout(w["agent"], w["env"], w["task"], seed, noise, np.random.default_rng(sample_seed))
+    return rollout(w["agent"], w["env"], w["task"], seed, noise, np.random.default_rng(sample_seed), w["around"])
 
 
 def _pairs(cfg: TPOConfig, trajs: list[Trajectory]) -> list[tuple[int, int]]:
