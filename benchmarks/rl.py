@@ -23,6 +23,11 @@ Rows (each a policy folder under ``--out``; a row that finished is read, not rer
   deployed) instead of the newest chunk's first element;
 - ``residual``: ``embodied-gym train residual`` (PPO), the same budget in env steps.
 
+With ``--every-iteration`` each TPO row's iterations are evaluated on the stand-in too (``ROW_itI``; the
+in-sim selection returns one of them), and ``--random-control`` adds ``ROW_random``: (c)'s weights moved as
+far as the iteration the row returned (iteration 1 if it returned (c)) moved each weight tensor, in a random
+direction. If that control lifts the stand-in as much as TPO did, the update's direction did not matter.
+
 The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/lerobot_W`` writes. Every TPO
 row: 3 iterations x 64 rollouts (16 start states x 4), 32 pairs, 10 epochs, rollout noise 0.05, and
 the best of the reference and its iterations by 50 greedy episodes in the calibrated sim. The residual:
@@ -32,7 +37,9 @@ corrected pose estimator (as the demo evaluates the sim-trained policies), ``--e
     MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_default/demo --out runs/rl_default
     MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_world2/demo --out runs/rl_world2 \\
         --robot-config embodied_gym/robots/stand_in_world2.yaml --rows tpo residual
-    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --report runs/rl_default   # tables of what finished
+    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run R --task PenInCup --out runs/rl_pen \\
+        --rows tpo_ensemble tpo --every-iteration --random-control
+    MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --report --out runs/rl_default   # tables of what finished
 
 Output: the tables on stdout (markdown), ``OUT/rl.json`` and ``OUT/rl.png`` (greedy in-sim success per TPO
 iteration, the stand-in rate of what each row returned).
@@ -68,6 +75,71 @@ LABELS = {
     "tpo_ensemble": "(c) + TPO, rollouts and likelihood of the temporal ensemble",
     "residual": "(c) + SB3 PPO residual",
 }
+
+
+def label(row: str) -> str:
+    """The table label of a row, of one of a TPO row's iterations (``ROW_itI``) or of its random control."""
+    base, _, suffix = row.rpartition("_it")
+    if base in TPO_ROWS and suffix.isdigit():
+        return f"{LABELS[base]}: iteration {int(suffix)}"
+    if row.endswith("_random") and row[: -len("_random")] in TPO_ROWS:
+        return f"{LABELS[row[: -len('_random')]]}: same step size, random direction"
+    return LABELS.get(row, row)
+
+
+def iteration_policy(folder: Path, iteration: int) -> Path:
+    """The policy folder of one finished TPO iteration (every iteration stays loadable)."""
+    from embodied_gym.policies.act.checkpoints import MODEL_DIR
+
+    return folder / "checkpoints" / f"{iteration:06d}" / MODEL_DIR
+
+
+def finished_iterations(folder: Path) -> list[int]:
+    return [i for i, _ in in_sim_curve(folder) if i > 0 and iteration_policy(folder, i).is_dir()]
+
+
+def returned_iteration(folder: Path) -> int:
+    """The iteration a TPO row returned (0: the reference policy (c))."""
+    from embodied_gym.policies.act.checkpoints import MODEL_DIR, POLICY_META
+
+    meta = json.loads((folder / MODEL_DIR / POLICY_META).read_text())
+    return int(meta["tpo_selected"]["iteration"])
+
+
+def random_direction_control(reference: Path, moved: Path, out: Path, seed: int = 0) -> Path:
+    """A copy of ``moved`` (a TPO iteration's policy) whose weights are ``reference``'s (its ACT) plus, per weight
+    tensor, a Gaussian random direction scaled to the norm of that tensor's TPO update (tensors TPO left
+    alone stay as they are). Written atomically to ``out``; returns it."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from embodied_gym.atomic import atomic_dir
+    from embodied_gym.policies.act.checkpoints import resolve_pretrained_dir
+
+    if out.is_dir():
+        return out
+    reference, moved = resolve_pretrained_dir(reference), resolve_pretrained_dir(moved)
+    name = "model.safetensors"
+    ref, new = load_file(str(reference / name)), load_file(str(moved / name))
+    if ref.keys() != new.keys():
+        raise ValueError(f"{moved / name} and {reference / name} hold different tensors: not the same ACT")
+    gen = torch.Generator().manual_seed(seed)
+    perturbed = {}
+    for key, r in ref.items():
+        step = (new[key].double() - r.double()).norm()
+        if not r.is_floating_point() or step == 0:
+            perturbed[key] = r
+            continue
+        direction = torch.randn(r.shape, generator=gen, dtype=torch.float64)
+        perturbed[key] = (r.double() + direction * (step / direction.norm())).to(r.dtype).contiguous()
+    with atomic_dir(out) as tmp:
+        for f in moved.iterdir():
+            if f.is_file() and f.name != name:
+                shutil.copy2(f, tmp / f.name)
+        save_file(perturbed, str(tmp / name))
+    return out
 
 
 def stage_outputs(run: Path, stage: str) -> dict:
@@ -149,10 +221,20 @@ def collect(out: Path, rows: list[str]) -> dict:
     from embodied_gym.policies.evaluate import paired_comparison, successes_by_seed
 
     results: dict = {}
-    evals = {r: json.loads((out / f"{r}.json").read_text()) for r in ["c", *rows] if (out / f"{r}.json").exists()}
+    names = ["c"]
+    for row in rows:  # a row, then its iterations and its random control when they were evaluated
+        its = sorted(
+            int(f.stem.rpartition("_it")[2]) for f in out.glob(f"{row}_it*.json") if f.stem[len(row) + 3 :].isdigit()
+        )
+        names += [row, *(f"{row}_it{i}" for i in its), f"{row}_random"]
+    evals = {r: json.loads((out / f"{r}.json").read_text()) for r in names if (out / f"{r}.json").exists()}
     for row, ev in evals.items():
         entry: dict = {"stand_in": ev["success_rate"], "ci95": ev["ci95"], "episodes": ev["episodes"]}
-        entry["in_sim"] = in_sim_curve(out / row)
+        base, _, it = row.rpartition("_it")
+        if base in TPO_ROWS and it.isdigit():
+            entry["in_sim"] = [(i, v) for i, v in in_sim_curve(out / base) if i == int(it)]
+        else:
+            entry["in_sim"] = in_sim_curve(out / row)
         meta = out / row / "residual.json"
         if meta.exists():
             sim = json.loads(meta.read_text()).get("eval") or {}
@@ -189,7 +271,7 @@ def print_tables(results: dict) -> None:
         else:
             where = "- | -"
         print(
-            f"| {LABELS.get(row, row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), "
+            f"| {label(row)} | **{100 * r['stand_in']:.0f} %** ({100 * lo:.0f}-{100 * hi:.0f}), "
             f"n = {r['episodes']} | {curve} | {paired} | {where} |"
         )
     for key, t in results.get("residual", {}).items():
@@ -211,16 +293,22 @@ def plot(results: dict, png: Path) -> None:
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     for row, r in results.items():
-        if row.startswith("tpo") and r["in_sim"]:
-            a1.plot(*zip(*r["in_sim"]), "o-", label=LABELS[row])
-    a1.set(xlabel="TPO iteration (0: (c))", ylabel="greedy success, calibrated sim (50 episodes)", ylim=(0, 1.02))
+        if row in TPO_ROWS and r["in_sim"]:
+            (line,) = a1.plot(*zip(*r["in_sim"]), "o-", label=f"{LABELS[row]}: calibrated sim")
+            on_robot = [
+                (int(k.rpartition("_it")[2]), v["stand_in"]) for k, v in results.items() if k.startswith(f"{row}_it")
+            ]
+            if on_robot and "c" in results:
+                xs, ys = zip(*sorted([(0, results["c"]["stand_in"]), *on_robot]))
+                a1.plot(xs, ys, "s--", color=line.get_color(), label=f"{LABELS[row]}: stand-in")
+    a1.set(xlabel="TPO iteration (0: (c))", ylabel="greedy success (sim: 50 episodes)", ylim=(0, 1.02))
     a1.legend(fontsize=7)
     names = list(results)
     a2.bar(range(len(names)), [results[n]["stand_in"] for n in names], color="#4c78a8")
     lo = [results[n]["stand_in"] - results[n]["ci95"][0] for n in names]
     hi = [results[n]["ci95"][1] - results[n]["stand_in"] for n in names]
     a2.errorbar(range(len(names)), [results[n]["stand_in"] for n in names], yerr=[lo, hi], fmt="none", color="k")
-    a2.set_xticks(range(len(names)), [LABELS[n].replace(", ", ",\n") for n in names], fontsize=6)
+    a2.set_xticks(range(len(names)), [label(n).replace(", ", ",\n") for n in names], fontsize=5)
     a2.set(ylabel="success on the stand-in (same seeds)", ylim=(0, 1.02))
     fig.suptitle(f"{png.parent.name}: TPO and the SB3 residual from one aligned-sim ACT", fontsize=9)
     fig.tight_layout()
@@ -240,6 +328,14 @@ def main() -> int:
     )
     p.add_argument("--episodes", type=int, default=100, help="stand-in evaluation episodes (paired seeds)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--every-iteration", action="store_true", help="also evaluate every TPO iteration on the stand-in (ROW_itI)"
+    )
+    p.add_argument(
+        "--random-control",
+        action="store_true",
+        help="also evaluate (c) moved as far as TPO's returned iteration, in a random direction (ROW_random)",
+    )
     p.add_argument("--report", action="store_true", help="only print the tables of what finished under --out")
     args = p.parse_args()
     out = Path(args.out)
@@ -249,9 +345,21 @@ def main() -> int:
             p.error("--run is required (or --report)")
         run = Path(args.run)
         evaluate_on_stand_in(stage_outputs(run, "act_aligned")["policy"], out / "c.json", run, args.task, args)
+        reference = Path(stage_outputs(run, "act_aligned")["policy"])
         for row in args.rows:
             folder = train(row, run, out, args.task, args.workers)
             evaluate_on_stand_in(str(folder), out / f"{row}.json", run, args.task, args)
+            if row == "residual":
+                continue
+            if args.every_iteration:
+                for it in finished_iterations(folder):
+                    evaluate_on_stand_in(
+                        str(iteration_policy(folder, it)), out / f"{row}_it{it}.json", run, args.task, args
+                    )
+            if args.random_control:
+                moved = iteration_policy(folder, max(1, returned_iteration(folder)))
+                control = random_direction_control(reference, moved, out / f"{row}_random" / moved.name)
+                evaluate_on_stand_in(str(control), out / f"{row}_random.json", run, args.task, args)
     results = collect(out, args.rows)
     from embodied_gym import atomic
 

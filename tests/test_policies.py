@@ -581,6 +581,28 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
                 pose_estimator=str(tmp_path),
             )
         )
+    # benchmarks/rl.py's control: (c) moved as far as TPO moved each weight tensor, in a random direction
+    import runpy
+
+    from safetensors.torch import load_file
+
+    from embodied_gym.policies.act.checkpoints import resolve_pretrained_dir
+
+    rl = runpy.run_path("benchmarks/rl.py")
+    folder = tmp_path / "tpo"
+    assert rl["finished_iterations"](folder) == [1] and rl["returned_iteration"](folder) == chosen
+    moved = rl["iteration_policy"](folder, 1)
+    control = rl["random_direction_control"](out, moved, tmp_path / "control" / "pretrained_model")
+    ref, new, ctl = (load_file(str(resolve_pretrained_dir(d) / "model.safetensors")) for d in (out, moved, control))
+    stepped = [k for k in ref if ref[k].is_floating_point() and not torch.equal(ref[k], new[k])]
+    assert stepped, "TPO's iteration moved no weight"
+    for k in ref:
+        step, rand = (new[k] - ref[k]).double().norm(), (ctl[k] - ref[k]).double().norm()
+        assert math.isclose(rand, step, rel_tol=1e-2, abs_tol=1e-6), k
+    big = max(stepped, key=lambda k: (new[k] - ref[k]).norm())
+    cos = torch.nn.functional.cosine_similarity((new[big] - ref[big]).flatten(), (ctl[big] - ref[big]).flatten(), 0)
+    assert abs(cos) < 0.5, f"{big}: the control's direction follows TPO's (cosine {cos:.2f})"
+    assert isinstance(ACTAgent(control), ACTAgent)  # loads as the policy it perturbs
 
 
 def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tmp_path):
