@@ -41,8 +41,9 @@ corrected pose estimator (as the demo evaluates the sim-trained policies), ``--e
         --rows tpo_ensemble tpo --every-iteration --random-control
     MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --report --out runs/rl_default   # tables of what finished
 
-Output: the tables on stdout (markdown), ``OUT/rl.json`` and ``OUT/rl.png`` (greedy in-sim success per TPO
-iteration, the stand-in rate of what each row returned).
+Output: the tables on stdout (markdown), ``OUT/rl.json`` (``rows``: every policy's rates and paired test
+against (c); ``selection``: which iteration each selection rule returns) and ``OUT/rl.png`` (greedy in-sim
+success per TPO iteration, with ``--every-iteration`` the stand-in's too; the stand-in rate of each row).
 """
 
 from __future__ import annotations
@@ -251,6 +252,29 @@ def collect(out: Path, rows: list[str]) -> dict:
     return results
 
 
+def selection_rules(out: Path, row: str, results: dict) -> dict:
+    """Which iteration each rule would return from one TPO row, and that policy's stand-in rate (from the
+    row's evaluated iterations; (c) is iteration 0): the in-sim greedy evaluation (``select best``, the
+    default), the last iteration (``select last``, the paper's loop), the sampled rollouts' success (iteration
+    k's rollouts come from iteration k - 1's policy, so the last iteration has none) and, for reference, the
+    best on the stand-in, which no user has before deploying."""
+    log = [json.loads(line) for line in (out / row / "tpo_log.jsonl").read_text().splitlines() if line.strip()]
+    on_robot = {0: results["c"]["stand_in"]} | {
+        int(k.rpartition("_it")[2]): v["stand_in"] for k, v in results.items() if k.startswith(f"{row}_it")
+    }
+    noisy = {r["iteration"] - 1: r["rollout_success_rate"] for r in log if "rollout_success_rate" in r}
+    greedy = {r["iteration"]: r["eval_success_rate"] for r in log if "eval_success_rate" in r}
+
+    def pick(scores: dict) -> int:  # ties to the earlier iteration, as TPO's own selection
+        return max(scores, key=lambda i: (scores[i], -i))
+
+    picks = {"in-sim greedy (select best, the default)": pick(greedy) if greedy else None}
+    picks["last (select last, the paper's)"] = max(on_robot)
+    picks["sampled rollouts' success"] = pick(noisy) if noisy else None
+    picks["best on the stand-in (hindsight)"] = pick(on_robot)
+    return {rule: {"iteration": i, "stand_in": on_robot.get(i)} for rule, i in picks.items() if i is not None}
+
+
 def print_tables(results: dict) -> None:
     print(
         "| row | stand-in success (95 % CI) | greedy in-sim success by iteration (0: (c)) | vs (c): only row / "
@@ -361,10 +385,21 @@ def main() -> int:
                 control = random_direction_control(reference, moved, out / f"{row}_random" / moved.name)
                 evaluate_on_stand_in(str(control), out / f"{row}_random.json", run, args.task, args)
     results = collect(out, args.rows)
+    selection = {
+        row: selection_rules(out, row, results)
+        for row in args.rows
+        if row in TPO_ROWS and "c" in results and any(k.startswith(f"{row}_it") for k in results)
+    }
     from embodied_gym import atomic
 
-    atomic.write_json(out / "rl.json", results)
+    atomic.write_json(out / "rl.json", {"rows": results, "selection": selection})
     print_tables(results)
+    for row, rules in selection.items():
+        print(f"\nWhich iteration of {LABELS[row]} each rule returns (0: (c)):\n")
+        print("| rule | iteration | its stand-in success |\n|---|---|---|")
+        for rule, v in rules.items():
+            rate = "not evaluated" if v["stand_in"] is None else f"{100 * v['stand_in']:.0f} %"
+            print(f"| {rule} | {v['iteration']} | {rate} |")
     plot(results, out / "rl.png")
     return 0
 

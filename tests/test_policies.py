@@ -603,6 +603,18 @@ def test_tpo_loop_runs_checkpoints_and_resumes(tiny_act, tmp_path):
     cos = torch.nn.functional.cosine_similarity((new[big] - ref[big]).flatten(), (ctl[big] - ref[big]).flatten(), 0)
     assert abs(cos) < 0.5, f"{big}: the control's direction follows TPO's (cosine {cos:.2f})"
     assert isinstance(ACTAgent(control), ACTAgent)  # loads as the policy it perturbs
+    # which iteration each selection rule returns, read against (made-up) stand-in rates
+    rules = rl["selection_rules"](tmp_path, "tpo", {"c": {"stand_in": 0.5}, "tpo_it1": {"stand_in": 0.7}})
+    assert rules["in-sim greedy (select best, the default)"]["iteration"] == chosen
+    assert (
+        rules["last (select last, the paper's)"]
+        == rules["best on the stand-in (hindsight)"]
+        == {
+            "iteration": 1,
+            "stand_in": 0.7,
+        }
+    )
+    assert rules["sampled rollouts' success"]["iteration"] == 0  # iteration 1's rollouts are the reference's
 
 
 def test_tpo_update_raises_preferred_and_lowers_rejected_likelihood(tiny_act, tmp_path):
