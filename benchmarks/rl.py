@@ -269,7 +269,7 @@ def selection_rules(out: Path, row: str, results: dict) -> dict:
         return max(scores, key=lambda i: (scores[i], -i))
 
     picks = {"in-sim greedy (select best, the default)": pick(greedy) if greedy else None}
-    picks["last (select last, the paper's)"] = max(on_robot)
+    picks["last (select last, the paper's)"] = max(r["iteration"] for r in log)
     picks["sampled rollouts' success"] = pick(noisy) if noisy else None
     picks["best on the stand-in (hindsight)"] = pick(on_robot)
     return {rule: {"iteration": i, "stand_in": on_robot.get(i)} for rule, i in picks.items() if i is not None}
