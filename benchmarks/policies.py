@@ -81,7 +81,8 @@ def demo_args(task: str, world: str, seed: int, first_seed: int, runs: Path, row
     args += ["--evaluate.policies", *(["expert"] if first else []), *policies]
     args += ["--evaluate.in-sim", *policies, "--evaluate.in-nominal-sim", *policies]
     pairs = [f"{ROWS[a]},{ROWS[b]}" for a, b in TESTS if a in run_rows and b in run_rows]
-    return args + (["--evaluate.comparisons", *pairs] if pairs else [])
+    # always given, possibly empty: the profile's own list names rows this run may not train
+    return args + ["--evaluate.comparisons", *pairs]
 
 
 def outcomes(entry: dict) -> dict[int, bool]:

@@ -400,6 +400,9 @@ def test_policy_benchmark_is_the_demo_stages_under_the_benchmark_profile(tmp_pat
         "evaluate: {episodes: 1, workers: 1}\n"
     )
     benchmark = runpy.run_path("benchmarks/policies.py")
+    # a later seed's (c) alone: no paired test between its rows, and none of the profile's (which name row b)
+    only_c = benchmark["demo_args"]("PickCup", "default", 1, 0, tmp_path, ["c"])
+    assert only_c[-1] == "--evaluate.comparisons" and "--no-nominal-sim" in only_c
     argv = ["--runs", str(tmp_path), "--name", "b", "--worlds", "default", "--seeds", "0", "1"]
     argv += ["--rows", "a", "b", "c", "d"]
     assert benchmark["main"]([*argv, "--config", str(sizes)]) == 0
