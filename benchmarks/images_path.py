@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     summary = {"task": args.task, "image_size": args.image_size, "steps": args.steps, "episodes": args.episodes}
     summary |= {"rows": {r: {p_: ev[p_]["success_rate"] for p_ in ev} for r, ev in results.items()}, "tests": tests}
-    (out / "images_path.json").write_text(json.dumps(summary, indent=1))
+    from embodied_gym import atomic
+
+    atomic.write_json(out / "images_path.json", summary)
     return 0
 
 

@@ -189,11 +189,15 @@ def evaluate_on_stand_in(policy: str, json_out: Path, run: Path, task: str, args
 
 
 def in_sim_curve(folder: Path) -> list[tuple[int, float]]:
-    log = folder / "tpo_log.jsonl"
-    if not log.exists():
-        return []
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return [(r["iteration"], r["eval_success_rate"]) for r in rows if "eval_success_rate" in r]
+    from embodied_gym.policies.tpo import read_log
+
+    return [(r["iteration"], r["eval_success_rate"]) for r in read_log(folder) if "eval_success_rate" in r]
+
+
+def stand_in_by_iteration(results: dict, row: str) -> dict[int, float]:
+    """A TPO row's stand-in success per evaluated iteration (``ROW_itI``), (c)'s as iteration 0."""
+    its = {int(k.rpartition("_it")[2]): v["stand_in"] for k, v in results.items() if k.startswith(f"{row}_it")}
+    return ({0: results["c"]["stand_in"]} if "c" in results else {}) | its
 
 
 def lost_seeds(row: dict, c: dict) -> dict:
@@ -258,18 +262,17 @@ def selection_rules(out: Path, row: str, results: dict) -> dict:
     default), the last iteration (``select last``, the paper's loop), the sampled rollouts' success (iteration
     k's rollouts come from iteration k - 1's policy, so the last iteration has none) and, for reference, the
     best on the stand-in, which no user has before deploying."""
-    log = [json.loads(line) for line in (out / row / "tpo_log.jsonl").read_text().splitlines() if line.strip()]
-    on_robot = {0: results["c"]["stand_in"]} | {
-        int(k.rpartition("_it")[2]): v["stand_in"] for k, v in results.items() if k.startswith(f"{row}_it")
-    }
+    from embodied_gym.policies.tpo import read_log, selected_iteration
+
+    log = read_log(out / row)
+    on_robot = stand_in_by_iteration(results, row)
     noisy = {r["iteration"] - 1: r["rollout_success_rate"] for r in log if "rollout_success_rate" in r}
-    greedy = {r["iteration"]: r["eval_success_rate"] for r in log if "eval_success_rate" in r}
 
     def pick(scores: dict) -> int:  # ties to the earlier iteration, as TPO's own selection
         return max(scores, key=lambda i: (scores[i], -i))
 
-    picks = {"in-sim greedy (select best, the default)": pick(greedy) if greedy else None}
-    picks["last (select last, the paper's)"] = max(r["iteration"] for r in log)
+    picks = {"in-sim greedy (select best, the default)": selected_iteration(log, "best")}
+    picks["last (select last, the paper's)"] = selected_iteration(log, "last")
     picks["sampled rollouts' success"] = pick(noisy) if noisy else None
     picks["best on the stand-in (hindsight)"] = pick(on_robot)
     return {rule: {"iteration": i, "stand_in": on_robot.get(i)} for rule, i in picks.items() if i is not None}
@@ -319,11 +322,9 @@ def plot(results: dict, png: Path) -> None:
     for row, r in results.items():
         if row in TPO_ROWS and r["in_sim"]:
             (line,) = a1.plot(*zip(*r["in_sim"]), "o-", label=f"{LABELS[row]}: calibrated sim")
-            on_robot = [
-                (int(k.rpartition("_it")[2]), v["stand_in"]) for k, v in results.items() if k.startswith(f"{row}_it")
-            ]
-            if on_robot and "c" in results:
-                xs, ys = zip(*sorted([(0, results["c"]["stand_in"]), *on_robot]))
+            on_robot = stand_in_by_iteration(results, row)
+            if len(on_robot) > 1:
+                xs, ys = zip(*sorted(on_robot.items()))
                 a1.plot(xs, ys, "s--", color=line.get_color(), label=f"{LABELS[row]}: stand-in")
     a1.set(xlabel="TPO iteration (0: (c))", ylabel="greedy success (sim: 50 episodes)", ylim=(0, 1.02))
     a1.legend(fontsize=7)

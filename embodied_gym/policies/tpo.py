@@ -633,8 +633,7 @@ def _setup(cfg: TPOConfig) -> TPORun:
         torch.set_num_threads(cfg.num_threads)
     out = Path(require(cfg.out, "out"))
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "tpo_log.jsonl"
-    log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
+    log = read_log(out)
     store = CheckpointStore(out, unit="iteration", keep=max(2, cfg.iterations))  # every iteration stays loadable
     latest = store.latest()
     last, start_iter = (latest.path, latest.counter) if latest else (None, 0)
@@ -912,6 +911,12 @@ def _checkpoint(run: TPORun, it: int, row: dict) -> None:
         f"tpo iteration {it + 1}/{cfg.iterations}: {row['rollouts']} rollouts (success "
         f"{row['rollout_success_rate']:.2f}), {row['pairs']} pairs, {loss}{evaluated}",
     )
+
+
+def read_log(out: str | Path) -> list[dict]:
+    """The rows of a TPO run's ``out/tpo_log.jsonl`` (none before its first evaluation)."""
+    path = Path(out) / "tpo_log.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _write_log(path: Path, log: list[dict]) -> None:
