@@ -32,7 +32,9 @@ The demo runs are the ones ``benchmarks/lerobot_demos.py --world W --out runs/le
 row: 3 iterations x 64 rollouts (16 start states x 4), 32 pairs, 10 epochs, rollout noise 0.05, and
 the best of the reference and its iterations by 50 greedy episodes in the calibrated sim. The residual:
 36,000 env steps (about the TPO rows' 3 x 64 episodes), 2 envs. On the stand-in every row reads the demo run's
-corrected pose estimator (as the demo evaluates the sim-trained policies), ``--episodes`` seeds from 100000.
+corrected pose estimator (as the demo evaluates the sim-trained policies), ``--episodes`` seeds from 100000;
+in the sim (rollouts, training, the in-sim selection) they read the run's sim-corrected estimator (stage
+``perception_sim_offset``) when the run has one, as the demo's TPO and residual stages do.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_default/demo --out runs/rl_default
     MUJOCO_GL=egl .venv/bin/python benchmarks/rl.py --run runs/lerobot_world2/demo --out runs/rl_world2 \\
@@ -163,6 +165,12 @@ def train(row: str, run: Path, out: Path, task: str, workers: int) -> Path:
         "--eval-workers",
         str(workers),
     ]
+    # in the sim the rollouts and the in-sim selection read the estimator without the sim's own constant bias
+    # (the demo's TPO and residual stages do the same), when the run measured it
+    sim_estimator = (run / "perception_sim_offset" / "stage.json").exists() and stage_outputs(
+        run, "perception_sim_offset"
+    ).get("model")
+    common += ["--pose-estimator", sim_estimator] if sim_estimator else []
     if row == "residual":
         cmd = [str(BIN / "embodied-gym"), "train", "residual", *common, *RESIDUAL]
     else:

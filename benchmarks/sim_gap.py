@@ -3,17 +3,25 @@ calibration from joint trajectories does not see (the finger gain, the pads' and
 objects' mass), the rest of the hidden physics, or what no simulator parameter holds.
 
 The demo run's ``act_aligned`` policy is evaluated greedily on the same seeds (from 100000, as the demo evaluates)
-in four places: its calibrated sim as calibrated; the same sim with the stand-in world's hidden grip put in;
-the sim with every hidden parameter of the world a ``PhysicsParams`` can hold (arm gains, damping, friction,
-armature, the grip, the delay and the backlash; what is left is the world's velocity-dependent friction, its
-sensor noise and its camera); and the stand-in robot itself, reading the run's bias-corrected estimator as
-the demo evaluates it. The world's parameters are read from its config file here, for this measurement only:
-nothing the loop runs reads them. Paired tests (exact McNemar) between the rows.
+in these places: its calibrated sim as calibrated; the same sim reading the sim's true object poses at the reset
+frame instead of the estimate (what its demonstrations stored: the perception share of the gap); the same sim
+with the stand-in world's hidden grip put in; the sim with every hidden parameter of the world a ``PhysicsParams``
+can hold (arm gains, damping, friction, armature, the grip, the delay and the backlash; what is left is the
+world's velocity-dependent friction, its sensor noise and its camera), with the estimate and with the true
+poses; and the stand-in robot itself, reading the run's bias-corrected estimator as the demo evaluates it. In
+the sim rows the policy reads the estimator the demo reads there: the sim-corrected copy of stage
+``perception_sim_offset`` when the run has one, else the estimator its data was recorded with.
+
+Beside the rates, the estimate's signed error at the reset frame per object (estimate minus truth, mean and
+spread over the same seeds): in the calibrated sim with the estimator the data was recorded with, with the
+sim-corrected one (when the run has it) and on the stand-in with the robot-corrected one. A constant error
+that one place's correction removes and another's keeps shows as a mean far from zero. The world's parameters
+are read from its config file here, for this measurement only: nothing the loop runs reads them. Paired tests (exact McNemar) between the rows.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/sim_gap.py --run runs/PenInCup_sn --task PenInCup --episodes 50 \\
         [--robot-config embodied_gym/robots/stand_in_world2.yaml] [--out FILE.json]
 
-A row whose JSON is already in ``--out``'s folder is read back, not rerun.
+A row whose JSON is already in ``--out``'s folder is read back, not rerun (``--rows`` picks rows by short name).
 """
 
 from __future__ import annotations
@@ -26,6 +34,16 @@ from pathlib import Path
 from typing import Any
 
 GRIP_FIELDS = ("gripper_kp", "pad_friction", "object_friction", "object_mass_scale")
+
+#: short name (also the row's JSON file) -> the place, as printed
+ROWS = {
+    "sim": "calibrated sim",
+    "sim_true_poses": "calibrated sim, true poses at reset",
+    "sim_grip": "calibrated sim, the world's grip",
+    "sim_world": "sim, every hidden parameter of the world",
+    "sim_world_true_poses": "sim, every hidden parameter of the world, true poses at reset",
+    "stand_in": "stand-in",
+}
 
 
 def stage_outputs(run: Path, stage: str) -> dict:
@@ -66,6 +84,47 @@ def evaluate_row(name: str, folder: Path, args, env_id: str, **kwargs) -> list[b
     return json.loads(path.read_text())["successes"]
 
 
+def reset_estimate_error(folder: Path, name: str, args, env_id: str, estimator: str, **kwargs) -> dict:
+    """Estimate minus truth (cm) of each object's x and y at the reset frame over the evaluation seeds:
+    mean, standard deviation and the mean horizontal distance, per object. ``info["object_poses"]`` is
+    read here for the measurement only."""
+    import numpy as np
+
+    from embodied_gym.factory import make_env
+    from embodied_gym.perception.pose_entry import KEY, true_pose_entry
+
+    path = folder / f"{name}_reset_error.json"
+    if not path.exists():
+        env = make_env(env_id, pose_estimator=estimator, pose_update="at_reset", **kwargs)
+        config = env.get_wrapper_attr("estimator").config
+        names = config.output_names
+        rows = []
+        try:
+            for i in range(args.episodes):
+                obs, info = env.reset(seed=100_000 + i)
+                est, true = np.asarray(obs[KEY], np.float64), true_pose_entry(config, info["object_poses"])
+                rows.append(
+                    [
+                        100.0 * (est[names.index(f"{o}.{a}")] - true[names.index(f"{o}.{a}")])
+                        for o in config.objects
+                        for a in "xy"
+                    ]
+                )
+        finally:
+            env.close()
+        err = np.asarray(rows)
+        out = {}
+        for k, o in enumerate(config.objects):
+            xy = err[:, 2 * k : 2 * k + 2]
+            out[o] = {
+                "mean_xy_cm": xy.mean(0).round(3).tolist(),
+                "std_xy_cm": xy.std(0).round(3).tolist(),
+                "mean_distance_cm": round(float(np.hypot(xy[:, 0], xy[:, 1]).mean()), 3),
+            }
+        path.write_text(json.dumps(out))
+    return json.loads(path.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True, help="a finished demo run of one task")
@@ -73,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--robot-config", default=None, help="the stand-in world (default: the shipped one)")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument(
+        "--rows",
+        nargs="+",
+        default=list(ROWS),
+        choices=list(ROWS),
+        help="which places to evaluate (default: all): " + ", ".join(f"{k} ({v})" for k, v in ROWS.items()),
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON of the result (default: RUN/sim_gap/WORLD.json)")
     args = p.parse_args(argv)
 
@@ -89,33 +155,55 @@ def main(argv: list[str] | None = None) -> int:
     world_params, grip = world_physics(args.robot_config)
     with_grip = dataclasses.replace(calibrated, **grip)
     sim_id, real_id = f"EmbodieDreamer-{args.task}-v0", f"EmbodieDreamer-{args.task}-Real-v0"
-    rows = {
-        "calibrated sim": evaluate_row("sim", folder, args, env_id=sim_id, physics=calibrated),
-        "calibrated sim, the world's grip": evaluate_row("sim_grip", folder, args, env_id=sim_id, physics=with_grip),
-        "sim, every hidden parameter of the world": evaluate_row(
-            "sim_world", folder, args, env_id=sim_id, physics=world_params
-        ),
-        "stand-in": evaluate_row(
-            "stand_in",
-            folder,
-            args,
-            env_id=real_id,
-            robot_config=args.robot_config,
-            pose_estimator=sim_policy_estimator(finished_outputs(args.run)),
+    sim_estimator = stage_outputs(args.run, "perception")["model"]
+    has_sim_offset = (args.run / "perception_sim_offset" / "stage.json").exists()
+    sim_corrected = stage_outputs(args.run, "perception_sim_offset").get("model") if has_sim_offset else None
+    in_sim = {"pose_estimator": sim_corrected} if sim_corrected else {}
+    robot_estimator = sim_policy_estimator(finished_outputs(args.run))
+    true_poses = {"env_kwargs": {"pose_source": "ground_truth"}, "pose_estimator": sim_estimator}
+    places = {
+        "sim": dict(env_id=sim_id, physics=calibrated, **in_sim),
+        "sim_true_poses": dict(env_id=sim_id, physics=calibrated, **true_poses),
+        "sim_grip": dict(env_id=sim_id, physics=with_grip, **in_sim),
+        "sim_world": dict(env_id=sim_id, physics=world_params, **in_sim),
+        "sim_world_true_poses": dict(env_id=sim_id, physics=world_params, **true_poses),
+        "stand_in": dict(env_id=real_id, robot_config=args.robot_config, pose_estimator=robot_estimator),
+    }
+    rows = {ROWS[k]: evaluate_row(k, folder, args, **places[k]) for k in args.rows}
+    errors = {
+        "calibrated sim (the estimator the data was recorded with)": reset_estimate_error(
+            folder, "sim", args, sim_id, sim_estimator, physics=calibrated
         ),
     }
+    if sim_corrected:
+        errors["calibrated sim (the sim-corrected estimator)"] = reset_estimate_error(
+            folder, "sim_corrected", args, sim_id, sim_corrected, physics=calibrated
+        )
+    errors["stand-in (the robot-corrected estimator)"] = reset_estimate_error(
+        folder, "stand_in", args, real_id, robot_estimator, robot_config=args.robot_config
+    )
     names = list(rows)
     print(f"\n{args.task}, {world} world, act_aligned of {args.run}, {args.episodes} paired seeds; grip put in: {grip}")
     print("| where | success |\n|---|---|")
     for n in names:
         print(f"| {n} | {100 * sum(rows[n]) / len(rows[n]):.0f} % |")
+    print("\n| where | object | estimate - truth at reset, mean x, y (cm) | std x, y (cm) | mean distance (cm) |")
+    print("|---|---|---|---|---|")
+    for where, objs in errors.items():
+        for o, e in objs.items():
+            mx, my = e["mean_xy_cm"]
+            sx, sy = e["std_xy_cm"]
+            print(f"| {where} | {o} | {mx:+.2f}, {my:+.2f} | {sx:.2f}, {sy:.2f} | {e['mean_distance_cm']:.2f} |")
     print("\n| pair | only first / only second | exact McNemar p |\n|---|---|---|")
     tests = {}
     for (a, b), c in pairwise_comparisons(rows).items():
         tests[f"{a} vs {b}"] = c.to_json()
         print(f"| {a} vs {b} | {c.only_a} / {c.only_b} | {c.p_value:.2g} |")
     out.write_text(
-        json.dumps({"task": args.task, "world": world, "grip": grip, "rows": rows, "tests": tests}, indent=1)
+        json.dumps(
+            {"task": args.task, "world": world, "grip": grip, "rows": rows, "tests": tests, "reset_error": errors},
+            indent=1,
+        )
     )
     return 0
 

@@ -355,6 +355,10 @@ def test_cache_keys_leave_out_settings_marked_so_and_keep_the_rest():
     cfg2.perception = replace(cfg2.perception, robot_offset=False)
     changed = {s.name for s in STAGES if s.cache_settings(cfg2, "PickCup") != base[s.name]}
     assert changed == {"perception_offset"}
+    # and perception.sim_offset to perception_sim_offset
+    cfg2.perception = replace(cfg2.perception, robot_offset=True, sim_offset=False)
+    changed = {s.name for s in STAGES if s.cache_settings(cfg2, "PickCup") != base[s.name]}
+    assert changed == {"perception_sim_offset"}
     # a setting that changes a result changes its stage's key
     cfg3 = load_config("quick")
     cfg3.record = replace(cfg3.record, episodes=cfg3.record.episodes + 1)

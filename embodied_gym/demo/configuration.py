@@ -110,6 +110,13 @@ class PerceptionStageConfig:
         "demonstrations where the gripper closes on (and releases) each task's objects (stage perception_offset)",
         cache_key=False,  # the perception_offset stage's setting, not the estimator's
     )
+    sim_offset: bool = setting(
+        True,
+        help="correct the estimator's constant bias on the sim's own renders, measured against the sim's true "
+        "poses (stage perception_sim_offset): the sim-trained policies then read an estimate without a constant "
+        "bias in the sim (TPO's rollouts and selection, the residual, in-sim evaluation) as on the robot",
+        cache_key=False,  # the perception_sim_offset stage's setting, not the estimator's
+    )
     train: PoseTrainConfig = field(default_factory=PoseTrainConfig)
 
 

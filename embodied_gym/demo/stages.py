@@ -28,6 +28,9 @@ and the camera's object-pose estimate:
 - ``generate_nominal`` / ``act_nominal``: the same in the uncalibrated sim (``nominal_sim``; the
   benchmark's row b).
 - ``act_aligned``: ACT on the calibrated-sim demonstrations.
+- ``perception_sim_offset``: the estimator's constant bias on the sim's own renders, measured against
+  the sim's true poses; a corrected copy the sim-trained policies read in the sim (TPO, the residual,
+  in-sim evaluation), as ``perception_offset`` makes one for the robot.
 - ``tpo``: TPO fine-tuning of the aligned-sim policy in the calibrated sim.
 - ``residual``: the library RL baseline, a stable-baselines3 residual over the frozen aligned-sim policy
   in the calibrated sim (only when ``evaluate.policies`` names it).
@@ -59,6 +62,7 @@ from embodied_gym.demo.configuration import POLICY_STAGES, DemoConfig
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames
 from embodied_gym.perception.data import randomized_look
 from embodied_gym.perception.robot_offset import TooFewDemonstrations, corrected_estimator, fit_estimator_offset
+from embodied_gym.perception.sim_offset import fit_sim_offset, with_robot_bias, write_corrected_estimator
 from embodied_gym.perception.training import train_pose_estimator
 from embodied_gym.physaligner import ParameterSpace
 from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
@@ -241,6 +245,21 @@ def run_perception(p, ctx: StageContext) -> dict:
         "frames": str(frames),
         "val_errors": res.val_errors,
         "loss_png": str(train / "loss.png"),
+    }
+
+
+def run_perception_sim_offset(_, ctx: StageContext) -> dict:
+    """The estimator's constant bias on the sim's renders, measured against the sim's true poses at reset
+    frames; a corrected copy for the sim-trained policies to read in the sim."""
+
+    estimator = ctx.inputs["perception"]["model"]
+    fit = fit_sim_offset(estimator, embodied_gym.env_id(ctx.loop.task))
+    write_corrected_estimator(estimator, fit, ctx.folder / "model")
+    return {
+        "model": str(ctx.folder / "model"),
+        "corrections_cm": {obj: [100 * v for v in o.correction_xy] for obj, o in fit.objects.items()},
+        "spread_cm": {obj: [100 * v for v in o.spread_xy] for obj, o in fit.objects.items()},
+        "episodes": fit.episodes,
     }
 
 
@@ -473,6 +492,9 @@ def run_tpo(t, ctx: StageContext) -> dict:
             physics=ctx.inputs["calibrate"]["result"],
             visaligner=None if loop.pose else ctx.inputs["visaligner"].get("model"),
             max_episode_steps=loop.max_episode_steps,
+            # the rollouts and the in-sim selection read the estimate without the sim's constant bias, as
+            # the policy reads the robot's without the robot's
+            pose_estimator=t.pose_estimator or ctx.inputs.get("perception_sim_offset", {}).get("model"),
         )
     )
     return {"policy": str(ctx.folder / "tpo"), "log": log}
@@ -489,6 +511,7 @@ def run_residual(r, ctx: StageContext) -> dict:
             out=str(ctx.folder / "residual"),
             physics=ctx.inputs["calibrate"]["result"],
             max_episode_steps=loop.max_episode_steps,
+            pose_estimator=r.pose_estimator or ctx.inputs.get("perception_sim_offset", {}).get("model"),
         )
     )
     return {"policy": str(ctx.folder / "residual"), "eval": meta.get("eval")}
@@ -560,22 +583,43 @@ def finished_outputs(task_folder: str | Path) -> dict[str, dict]:
     }
 
 
+def stand_in_sim_estimator(ctx: StageContext) -> str | None:
+    """The estimator ACT on the robot's demonstrations reads in a sim: the sim-corrected one with the
+    robot's bias put back (the bias it learnt with), written into the evaluate stage's folder; the
+    sim-corrected one as is when the robot's bias was not measured on the estimator its demonstrations
+    hold (no ``perception_offset``, or it corrects ``perception_aligned``'s estimator); None without a
+    sim correction."""
+    sim = ctx.inputs.get("perception_sim_offset", {}).get("model")
+    robot = ctx.inputs.get("perception_offset", {}).get("model")
+    if sim is None or robot is None or ctx.inputs.get("perception_aligned", {}).get("model"):
+        return sim
+    return str(with_robot_bias(sim, robot, ctx.folder / "stand_in_sim_estimator"))
+
+
 def evaluation_runs(e, ctx: StageContext) -> list[tuple[str, str, str, str | None]]:
     """(entry name, policy folder or "expert", where (:data:`ROBOT`, :data:`CALIBRATED_SIM`,
     :data:`NOMINAL_SIM`), pose estimator or None) of every evaluation ``e`` asks for. The sim-trained
-    policies read the robot's corrected estimate on the robot; in a sim every policy reads the sim's own
-    estimator (the one it was recorded with)."""
+    policies read the robot's corrected estimate on the robot and the sim-corrected estimate
+    (``perception_sim_offset``) in a sim; ACT on the robot's demonstrations reads the estimate as recorded
+    on the robot, and in a sim the sim-corrected one with the robot's bias put back
+    (:func:`stand_in_sim_estimator`). Without those stages a policy reads the estimator it was recorded with."""
     policies = {n: ctx.inputs[n]["policy"] for n in e.policies if n != "expert" and "policy" in ctx.inputs.get(n, {})}
     corrected = sim_policy_estimator(ctx.inputs)
+    in_sim = ctx.inputs.get("perception_sim_offset", {}).get("model")
+    stand_in_in_sim = stand_in_sim_estimator(ctx) if "act_stand_in" in {*e.in_sim, *e.in_nominal_sim} else None
     runs: list[tuple[str, str, str, str | None]] = []
     if "expert" in e.policies and e.expert:
         runs.append(("expert", "expert", ROBOT, None))
     for name, policy in policies.items():
         runs.append((name, policy, ROBOT, corrected if name != "act_stand_in" else None))
-    for name in e.in_sim:
-        runs.append((f"{name}_in_sim", policies[name], CALIBRATED_SIM, None))
-    for name in e.in_nominal_sim:
-        runs.append((f"{name}_in_nominal_sim", policies[name], NOMINAL_SIM, None))
+    for where, names, suffix in (
+        (CALIBRATED_SIM, e.in_sim, "in_sim"),
+        (NOMINAL_SIM, e.in_nominal_sim, "in_nominal_sim"),
+    ):
+        for name in names:
+            runs.append(
+                (f"{name}_{suffix}", policies[name], where, stand_in_in_sim if name == "act_stand_in" else in_sim)
+            )
     if e.ablation_estimator:
         runs.append(("act_aligned_ablation_estimator", policies["act_aligned"], ROBOT, e.ablation_estimator))
     return runs
@@ -631,7 +675,8 @@ def run_evaluate(e, ctx: StageContext) -> dict:
 
 @dataclass(frozen=True)
 class OffsetSettings:
-    """The perception_offset stage's one setting (``perception.robot_offset``)."""
+    """The one setting of stage perception_offset (``perception.robot_offset``) and of stage
+    perception_sim_offset (``perception.sim_offset``): whether it runs."""
 
     enabled: bool
 
@@ -671,6 +716,12 @@ def _skip_offset(cfg: DemoConfig) -> str | None:
     if cfg.observation != "pose_estimate":
         return "observation: images"
     return None if cfg.perception.robot_offset else "perception.robot_offset: false"
+
+
+def _skip_sim_offset(cfg: DemoConfig) -> str | None:
+    if cfg.observation != "pose_estimate":
+        return "observation: images"
+    return None if cfg.perception.sim_offset else "perception.sim_offset: false"
 
 
 def _skip_nominal(cfg: DemoConfig) -> str | None:
@@ -745,9 +796,28 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("act_aligned", run_act_aligned, attrgetter("act"), ("generate",), resumable=True),
     Stage("act_nominal", run_act_nominal, attrgetter("act"), ("generate_nominal",), skip=_skip_nominal, resumable=True),
-    Stage("tpo", run_tpo, _tpo_section, ("act_aligned", "calibrate", "visaligner"), skip=_skip_tpo, resumable=True),
     Stage(
-        "residual", run_residual, _residual_section, ("act_aligned", "calibrate"), skip=_skip_residual, resumable=True
+        "perception_sim_offset",
+        run_perception_sim_offset,
+        lambda cfg: OffsetSettings(cfg.perception.sim_offset),
+        ("perception",),
+        skip=_skip_sim_offset,
+    ),
+    Stage(
+        "tpo",
+        run_tpo,
+        _tpo_section,
+        ("act_aligned", "calibrate", "visaligner", "perception_sim_offset"),
+        skip=_skip_tpo,
+        resumable=True,
+    ),
+    Stage(
+        "residual",
+        run_residual,
+        _residual_section,
+        ("act_aligned", "calibrate", "perception_sim_offset"),
+        skip=_skip_residual,
+        resumable=True,
     ),
     Stage(
         "perception_offset",
@@ -760,7 +830,7 @@ STAGES: tuple[Stage, ...] = (
         "evaluate",
         run_evaluate,
         attrgetter("evaluate"),
-        ("record", "calibrate", *POLICY_STAGES, "perception_aligned", "perception_offset"),
+        ("record", "calibrate", *POLICY_STAGES, "perception_aligned", "perception_offset", "perception_sim_offset"),
         ("robot_config",),
         resumable=True,
     ),

@@ -16,7 +16,9 @@ on raw renders or on VisAligner frames, and runs on the robot's camera.
 - :func:`train_pose_estimator` (train), :func:`pose_errors` (evaluate); ``visual_gap.measure_visual_gap``:
   the experiment that trains estimators on sim frames and measures them on a stand-in's camera.
 - :func:`fit_estimator_offset` and :func:`corrected_estimator` (robot_offset): the estimator's constant
-  bias on the robot's camera, measured on the robot's own demonstrations, and a corrected copy.
+  bias on the robot's camera, measured on the robot's own demonstrations, and a corrected copy;
+  :func:`fit_sim_offset` (sim_offset): its bias on the sim's own renders, measured against the sim's true
+  poses, for the copy the sim-trained policies read in the sim.
 - :mod:`.pose_entry`: the contract of ``obs["object_pose_estimate"]``, the policy's pose entry
   (its key, sources, update modes, the estimator's identity); the wrappers that add it are
   :class:`~embodied_gym.wrappers.pose.PoseEstimateWrapper` (the estimate, for a policy) and
@@ -38,6 +40,7 @@ from embodied_gym.perception.data import (
 from embodied_gym.perception.evaluate import pose_errors
 from embodied_gym.perception.modeling import PoseEstimator
 from embodied_gym.perception.robot_offset import corrected_estimator, fit_estimator_offset
+from embodied_gym.perception.sim_offset import fit_sim_offset
 from embodied_gym.perception.training import PoseTrainConfig, train_pose_estimator
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "corrected_estimator",
     "estimator_config_of_frames",
     "fit_estimator_offset",
+    "fit_sim_offset",
     "generate_frames",
     "load_frames",
     "per_frame",

@@ -43,9 +43,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -340,10 +341,25 @@ def _tcp_offsets(sim_demos: list[_Demonstration], obj: str, event: str, sim_data
     return {arm: np.median(v, axis=0) for arm, v in offsets.items() if v}
 
 
-def corrected_estimator(estimator: str | os.PathLike, offset: EstimatorOffset, out: str | os.PathLike) -> Path:
+class _ObjectCorrection(Protocol):
+    @property
+    def correction_xy(self) -> tuple[float, float]: ...
+
+
+class Corrections(Protocol):
+    """What :func:`corrected_estimator` writes: a correction per object and a record of how it was measured
+    (:class:`EstimatorOffset` on the robot; :class:`~embodied_gym.perception.sim_offset.SimOffset` in the sim)."""
+
+    @property
+    def objects(self) -> Mapping[str, _ObjectCorrection]: ...
+
+    def to_json(self) -> dict: ...
+
+
+def corrected_estimator(estimator: str | os.PathLike, offset: Corrections, out: str | os.PathLike) -> Path:
     """A copy of the estimator folder ``estimator`` at ``out`` whose config adds each of ``offset``'s
     object corrections to every estimate (on top of any correction it had), with ``offset.json``
-    beside it; written atomically. Returns ``out``."""
+    (``offset.to_json()`` and the folder it was made from) beside it; written atomically. Returns ``out``."""
     config = PoseEstimatorConfig.from_json(Path(estimator) / CONFIG_NAME)
     correction = np.asarray(config.correction or np.zeros(config.output_dim), dtype=np.float64)
     names = config.output_names
@@ -362,6 +378,7 @@ def corrected_estimator(estimator: str | os.PathLike, offset: EstimatorOffset, o
 
 __all__ = [
     "GRIPPER_TOLERANCE",
+    "Corrections",
     "EstimatorOffset",
     "GripperEvents",
     "ObjectOffset",

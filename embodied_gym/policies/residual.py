@@ -66,6 +66,13 @@ class ResidualRLConfig:
     pose_update: str | None = setting(
         None, choices=("every_frame", "at_reset"), help="when the pose estimate is refreshed (default: the policy's)"
     )
+    pose_estimator: str | None = setting(
+        None,
+        metavar="DIR",
+        help="a base policy on estimated object poses: the estimator its training and evaluation episodes read "
+        "(default: the one the base policy was trained with), e.g. a sim-corrected copy (demo stage "
+        "perception_sim_offset)",
+    )
     max_episode_steps: int | None = setting(None, help="episode length (default: the env's time limit)")
     seed: int = setting(0, help="seed of the algorithm and of the training episodes' resets")
     save_every: int = setting(5_000, help="env steps between checkpoints (a rerun resumes from the last)")
@@ -182,7 +189,14 @@ def make_residual_env(cfg: ResidualRLConfig, rank: int = 0) -> gym.Env:
         torch.set_num_threads(cfg.num_threads or 1)
     base = ACTAgent(require(cfg.policy, "policy"))
     extra: dict[str, Any] = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-    env = make_env_for(base, require(cfg.env_id, "env_id"), physics=cfg.physics, pose_update=cfg.pose_update, **extra)
+    env = make_env_for(
+        base,
+        require(cfg.env_id, "env_id"),
+        physics=cfg.physics,
+        pose_update=cfg.pose_update,
+        pose_estimator=cfg.pose_estimator,
+        **extra,
+    )
     monitor = Path(require(cfg.out, "out")) / "monitor.csv" if rank == 0 else None
     # a new log gets SB3's header lines; a resumed run appends to its log
     fresh = monitor is None or not monitor.exists()
@@ -328,6 +342,7 @@ def _evaluate(cfg: ResidualRLConfig, policy: str) -> dict:
         seed=cfg.eval_seed,
         physics=cfg.physics,
         pose_update=cfg.pose_update,
+        pose_estimator=cfg.pose_estimator,
         max_episode_steps=cfg.max_episode_steps,
         workers=cfg.eval_workers,
         progress=cfg.progress,
