@@ -54,6 +54,7 @@ import argparse
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -335,13 +336,14 @@ def plot(results: dict, png: Path) -> None:
                 xs, ys = zip(*sorted(on_robot.items()))
                 a1.plot(xs, ys, "s--", color=line.get_color(), label=f"{LABELS[row]}: stand-in")
     a1.set(xlabel="TPO iteration (0: (c))", ylabel="greedy success (sim: 50 episodes)", ylim=(0, 1.02))
-    a1.legend(fontsize=7)
+    a1.set_xticks(range(max((len(r["in_sim"]) for r in results.values() if r.get("in_sim")), default=1)))
+    a1.legend(fontsize=6, loc="lower left")
     names = list(results)
     a2.bar(range(len(names)), [results[n]["stand_in"] for n in names], color="#4c78a8")
     lo = [results[n]["stand_in"] - results[n]["ci95"][0] for n in names]
     hi = [results[n]["ci95"][1] - results[n]["stand_in"] for n in names]
     a2.errorbar(range(len(names)), [results[n]["stand_in"] for n in names], yerr=[lo, hi], fmt="none", color="k")
-    a2.set_xticks(range(len(names)), [label(n).replace(", ", ",\n") for n in names], fontsize=5)
+    a2.set_xticks(range(len(names)), [textwrap.fill(label(n), 22) for n in names], fontsize=5)
     a2.set(ylabel="success on the stand-in (same seeds)", ylim=(0, 1.02))
     fig.suptitle(f"{png.parent.name}: TPO and the SB3 residual from one aligned-sim ACT", fontsize=9)
     fig.tight_layout()

@@ -37,7 +37,8 @@ def lerobot_record(root: Path, episode_seed: int, resume: bool, config_path: str
         "--dataset.repo_id=local/demos",
         f"--dataset.root={root}",
         "--dataset.fps=50",
-        "--dataset.episode_time_s=3",
+        # wall-clock seconds: a busy machine records fewer frames, and the import test compares 30 of them
+        "--dataset.episode_time_s=6",
         "--dataset.reset_time_s=0",
         "--dataset.num_episodes=1",
         "--dataset.single_task=pick up the paper cup",
