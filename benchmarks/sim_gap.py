@@ -46,8 +46,16 @@ ROWS = {
 }
 
 
-def stage_outputs(run: Path, stage: str) -> dict:
-    return json.loads((run / stage / "stage.json").read_text())["outputs"]
+def run_outputs(run: Path, task: str) -> dict[str, dict]:
+    """Every finished stage's outputs of one task's demo run, by stage name: from its ``summary.json`` (which
+    also names the stages a ``--reuse`` run read from another run's folder), else from its stage folders."""
+    from embodied_gym.demo.stages import finished_outputs
+
+    summary = run / "summary.json"
+    if summary.exists():
+        stages = json.loads(summary.read_text())["tasks"][task]["stages"]
+        return {name: st["outputs"] for name, st in stages.items() if "outputs" in st}
+    return finished_outputs(run)
 
 
 def world_physics(robot_config: str | None):
@@ -142,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="JSON of the result (default: RUN/sim_gap/WORLD.json)")
     args = p.parse_args(argv)
 
-    from embodied_gym.demo.stages import finished_outputs, sim_policy_estimator
+    from embodied_gym.demo.stages import sim_policy_estimator
     from embodied_gym.policies.evaluate import pairwise_comparisons
     from embodied_gym.sim.physics import resolve_physics
 
@@ -150,17 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.run / "sim_gap" / f"{world}.json"
     folder = out.parent / out.stem
     folder.mkdir(parents=True, exist_ok=True)
-    args.policy = stage_outputs(args.run, "act_aligned")["policy"]
-    calibrated = resolve_physics(stage_outputs(args.run, "calibrate")["result"])
+    outputs = run_outputs(args.run, args.task)
+    args.policy = outputs["act_aligned"]["policy"]
+    calibrated = resolve_physics(outputs["calibrate"]["result"])
     world_params, grip = world_physics(args.robot_config)
     with_grip = dataclasses.replace(calibrated, **grip)
     sim_id, real_id = f"EmbodieDreamer-{args.task}-v0", f"EmbodieDreamer-{args.task}-Real-v0"
-    sim_estimator = stage_outputs(args.run, "perception")["model"]
-    has_sim_offset = (args.run / "perception_sim_offset" / "stage.json").exists()
-    sim_corrected = stage_outputs(args.run, "perception_sim_offset").get("model") if has_sim_offset else None
+    sim_estimator = outputs["perception"]["model"]
+    sim_corrected = outputs.get("perception_sim_offset", {}).get("model")
     in_sim = {"pose_estimator": sim_corrected} if sim_corrected else {}
-    robot_estimator = sim_policy_estimator(finished_outputs(args.run))
     true_poses = {"env_kwargs": {"pose_source": "ground_truth"}, "pose_estimator": sim_estimator}
+    robot_estimator = sim_policy_estimator(outputs)
     places = {
         "sim": dict(env_id=sim_id, physics=calibrated, **in_sim),
         "sim_true_poses": dict(env_id=sim_id, physics=calibrated, **true_poses),
