@@ -359,6 +359,11 @@ def test_cache_keys_leave_out_settings_marked_so_and_keep_the_rest():
     cfg2.perception = replace(cfg2.perception, robot_offset=True, sim_offset=False)
     changed = {s.name for s in STAGES if s.cache_settings(cfg2, "PickCup") != base[s.name]}
     assert changed == {"perception_sim_offset"}
+    # sim demos labelled with the sim's estimate: the policies learnt its bias, so nothing removes it in the sim
+    cfg4 = load_config("quick")
+    cfg4.sim_pose_source = "estimate"
+    stage = next(s for s in STAGES if s.name == "perception_sim_offset")
+    assert stage.skip(cfg4) and not stage.skip(cfg) and stage.cache_settings(cfg4, "PickCup") != base[stage.name]
     # a setting that changes a result changes its stage's key
     cfg3 = load_config("quick")
     cfg3.record = replace(cfg3.record, episodes=cfg3.record.episodes + 1)

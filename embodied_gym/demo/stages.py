@@ -721,6 +721,8 @@ def _skip_offset(cfg: DemoConfig) -> str | None:
 def _skip_sim_offset(cfg: DemoConfig) -> str | None:
     if cfg.observation != "pose_estimate":
         return "observation: images"
+    if cfg.sim_pose_source == "estimate":  # then the sim's demos hold its estimate, bias included
+        return "sim_pose_source: estimate (the sim-trained policies learnt the sim's estimate as it is)"
     return None if cfg.perception.sim_offset else "perception.sim_offset: false"
 
 
@@ -801,6 +803,7 @@ STAGES: tuple[Stage, ...] = (
         run_perception_sim_offset,
         lambda cfg: OffsetSettings(cfg.perception.sim_offset),
         ("perception",),
+        ("sim_pose_source",),  # it decides whether the stage runs
         skip=_skip_sim_offset,
     ),
     Stage(
