@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from embodied_gym.perception import PoseEstimator, PoseEstimatorConfig
-from embodied_gym.perception.sim_offset import fit_sim_offset, with_robot_bias, write_corrected_estimator
+from embodied_gym.perception.robot_offset import corrected_estimator
+from embodied_gym.perception.sim_offset import fit_sim_offset, with_robot_bias
 
 
 def tiny_estimator(task: str, folder: Path) -> Path:
@@ -32,7 +33,7 @@ def test_the_corrected_copy_reads_the_sims_reset_frames_without_a_constant_bias(
     fit = fit_sim_offset(estimator, env_id, episodes=4, seed=7)
     assert set(fit.objects) == set(PoseEstimator.from_pretrained(estimator).config.objects)
     assert max(np.hypot(*o.correction_xy) for o in fit.objects.values()) > 0.005  # untrained: far off
-    fixed = write_corrected_estimator(estimator, fit, tmp_path / "fixed")
+    fixed = corrected_estimator(estimator, fit, tmp_path / "fixed")
     again = fit_sim_offset(fixed, env_id, episodes=4, seed=7)
     for obj, o in again.objects.items():
         np.testing.assert_allclose(o.correction_xy, 0.0, atol=1e-5, err_msg=obj)
@@ -56,7 +57,7 @@ def corrected_copy(estimator: Path, out: Path, corrections: dict[str, tuple[floa
     from embodied_gym.perception.sim_offset import RobotBias, _Correction
 
     fit = RobotBias(source="test", objects={o: _Correction(xy) for o, xy in corrections.items()})
-    return write_corrected_estimator(estimator, fit, out)
+    return corrected_estimator(estimator, fit, out)
 
 
 def test_the_stand_in_demo_policy_reads_the_robots_bias_in_the_sim(tmp_path):

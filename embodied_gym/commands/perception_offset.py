@@ -67,10 +67,11 @@ def run(args) -> int:
 
 
 def _run_sim(args) -> int:
-    from embodied_gym.perception.sim_offset import DEFAULT_EPISODES, fit_sim_offset, write_corrected_estimator
+    from embodied_gym.perception.robot_offset import corrected_estimator
+    from embodied_gym.perception.sim_offset import DEFAULT_EPISODES, fit_sim_offset
 
     fit = fit_sim_offset(args.model, args.sim, episodes=args.episodes or DEFAULT_EPISODES, physics=args.physics)
-    write_corrected_estimator(args.model, fit, args.out)
+    corrected_estimator(args.model, fit, args.out)
     for obj, offset in fit.objects.items():
         dx, dy = (100 * v for v in offset.correction_xy)
         sx, sy = (100 * v for v in offset.spread_xy)

@@ -62,7 +62,7 @@ from embodied_gym.demo.configuration import POLICY_STAGES, DemoConfig
 from embodied_gym.perception import PoseEstimatorConfig, generate_frames
 from embodied_gym.perception.data import randomized_look
 from embodied_gym.perception.robot_offset import TooFewDemonstrations, corrected_estimator, fit_estimator_offset
-from embodied_gym.perception.sim_offset import fit_sim_offset, with_robot_bias, write_corrected_estimator
+from embodied_gym.perception.sim_offset import fit_sim_offset, with_robot_bias
 from embodied_gym.perception.training import train_pose_estimator
 from embodied_gym.physaligner import ParameterSpace
 from embodied_gym.physaligner.calibrate import CalibrationConfig, calibrate
@@ -254,7 +254,7 @@ def run_perception_sim_offset(_, ctx: StageContext) -> dict:
 
     estimator = ctx.inputs["perception"]["model"]
     fit = fit_sim_offset(estimator, embodied_gym.env_id(ctx.loop.task))
-    write_corrected_estimator(estimator, fit, ctx.folder / "model")
+    corrected_estimator(estimator, fit, ctx.folder / "model")
     return {
         "model": str(ctx.folder / "model"),
         "corrections_cm": {obj: [100 * v for v in o.correction_xy] for obj, o in fit.objects.items()},

@@ -12,7 +12,7 @@ robot (BENCHMARKS.md, "The sim's own camera bias").
 In the sim the truth is known, so the bias is measured directly: reset the sim env on ``episodes`` seeds,
 read the estimate of each reset frame (the frame every ``at_reset`` policy reads), and per object take the
 median of estimate minus true position (horizontal only; the height is the table's, yaw is not corrected).
-:func:`write_corrected_estimator` then writes a copy of the estimator whose config adds minus that median to
+:func:`~embodied_gym.perception.robot_offset.corrected_estimator` then writes a copy of the estimator whose config adds minus that median to
 every estimate: the estimator the sim-trained policies read in the sim.
 """
 
@@ -115,14 +115,6 @@ def fit_sim_offset(
     return offset
 
 
-def write_corrected_estimator(estimator: str | os.PathLike, offset: SimOffset, out: str | os.PathLike) -> Path:
-    """A copy of ``estimator`` at ``out`` whose config adds ``offset``'s corrections to every estimate, with
-    ``offset.json`` beside it (:func:`~embodied_gym.perception.robot_offset.corrected_estimator`); atomic."""
-    from embodied_gym.perception.robot_offset import corrected_estimator
-
-    return corrected_estimator(estimator, offset, out)
-
-
 @dataclass
 class _Correction:
     correction_xy: tuple[float, float]
@@ -166,5 +158,4 @@ __all__ = [
     "SimOffset",
     "fit_sim_offset",
     "with_robot_bias",
-    "write_corrected_estimator",
 ]
