@@ -8,7 +8,9 @@ frame instead of the estimate (what its demonstrations stored: the perception sh
 with the stand-in world's hidden grip put in; the sim with every hidden parameter of the world a ``PhysicsParams``
 can hold (arm gains, damping, friction, armature, the grip, the delay and the backlash; what is left is the
 world's velocity-dependent friction, its sensor noise and its camera), with the estimate and with the true
-poses; and the stand-in robot itself, reading the run's bias-corrected estimator as the demo evaluates it. In
+poses; the stand-in world with the sim's camera look instead of its own (its dynamics, the sim's camera: the
+policy reads the estimator it reads in the sim), with and without its joint-sensor noise; and the stand-in robot
+itself, reading the run's bias-corrected estimator as the demo evaluates it. In
 the sim rows the policy reads the estimator the demo reads there: the sim-corrected copy of stage
 ``perception_sim_offset`` when the run has one, else the estimator its data was recorded with.
 
@@ -42,8 +44,14 @@ ROWS = {
     "sim_grip": "calibrated sim, the world's grip",
     "sim_world": "sim, every hidden parameter of the world",
     "sim_world_true_poses": "sim, every hidden parameter of the world, true poses at reset",
+    "stand_in_sim_camera": "stand-in, the sim's camera look",
+    "stand_in_sim_camera_quiet": "stand-in, the sim's camera look, no joint-sensor noise",
     "stand_in": "stand-in",
 }
+
+#: The sim's plain look (``SceneLook()``'s defaults) in a stand-in config's ``look`` section: the stand-in's
+#: camera rendering as the sim's does (no photographs, shadows, tint, blur, image noise or camera offset).
+SIM_LOOK = {"shadows": False, "light_diffuse": [0.7, 0.7, 0.7], "ambient": [0.35, 0.35, 0.35]}
 
 
 def run_outputs(run: Path, task: str) -> dict[str, dict]:
@@ -69,6 +77,25 @@ def world_physics(robot_config: str | None):
     physics = PhysicsParams.from_dict(effects, base=settings["physics"])
     grip: dict[str, Any] = {k: float(getattr(physics, k)) for k in GRIP_FIELDS}
     return physics, grip
+
+
+def world_variant(robot_config: str | None, folder: Path, name: str, quiet: bool) -> str:
+    """A copy of the stand-in world's config, written to ``folder``, whose camera renders the sim's look
+    (:data:`SIM_LOOK`) and, with ``quiet``, whose joint readings carry no noise: the stand-in's dynamics
+    (physics, delay, backlash, velocity-dependent friction) with the sim's camera, for this measurement only."""
+    import yaml
+
+    from embodied_gym.robots.stand_in import DEFAULT_CONFIG
+
+    source = Path(robot_config) if robot_config else DEFAULT_CONFIG
+    settings = yaml.safe_load(source.read_text())
+    settings["look"] = dict(SIM_LOOK)
+    if quiet:
+        for key in ("joint_position_noise", "joint_velocity_noise"):
+            settings.setdefault("effects", {}).pop(key, None)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return str(path)
 
 
 def evaluate_row(name: str, folder: Path, args, env_id: str, **kwargs) -> list[bool]:
@@ -177,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         "sim_world_true_poses": dict(env_id=sim_id, physics=world_params, **true_poses),
         "stand_in": dict(env_id=real_id, robot_config=args.robot_config, pose_estimator=robot_estimator),
     }
+    for name, quiet in (("stand_in_sim_camera", False), ("stand_in_sim_camera_quiet", True)):
+        if name in args.rows:  # the sim's look: the policy reads the estimate the sim reads, corrected as there
+            config = world_variant(args.robot_config, folder, name, quiet)
+            places[name] = dict(env_id=real_id, robot_config=config, pose_estimator=sim_corrected or sim_estimator)
     rows = {ROWS[k]: evaluate_row(k, folder, args, **places[k]) for k in args.rows}
     errors = {
         "calibrated sim (the estimator the data was recorded with)": reset_estimate_error(
@@ -190,6 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     errors["stand-in (the robot-corrected estimator)"] = reset_estimate_error(
         folder, "stand_in", args, real_id, robot_estimator, robot_config=args.robot_config
     )
+    if "stand_in_sim_camera" in places:
+        errors["stand-in, the sim's camera look (the sim's estimator)"] = reset_estimate_error(
+            folder,
+            "stand_in_sim_camera",
+            args,
+            real_id,
+            sim_corrected or sim_estimator,
+            robot_config=places["stand_in_sim_camera"]["robot_config"],
+        )
     names = list(rows)
     print(f"\n{args.task}, {world} world, act_aligned of {args.run}, {args.episodes} paired seeds; grip put in: {grip}")
     print("| where | success |\n|---|---|")
