@@ -49,9 +49,14 @@ ROWS = {
     "stand_in": "stand-in",
 }
 
-#: The sim's plain look (``SceneLook()``'s defaults) in a stand-in config's ``look`` section: the stand-in's
-#: camera rendering as the sim's does (no photographs, shadows, tint, blur, image noise or camera offset).
-SIM_LOOK = {"shadows": False, "light_diffuse": [0.7, 0.7, 0.7], "ambient": [0.35, 0.35, 0.35]}
+
+def sim_look() -> dict:
+    """The sim's plain look (``SceneLook()``'s defaults) in a stand-in config's ``look`` section: the stand-in's
+    camera rendering as the sim's does (no photographs, tint, blur, image noise or camera offset)."""
+    from embodied_gym.sim.scene import SceneLook
+
+    plain = SceneLook()
+    return {"shadows": plain.shadows, "light_diffuse": list(plain.light_diffuse), "ambient": list(plain.ambient)}
 
 
 def run_outputs(run: Path, task: str) -> dict[str, dict]:
@@ -81,7 +86,7 @@ def world_physics(robot_config: str | None):
 
 def world_variant(robot_config: str | None, folder: Path, name: str, quiet: bool) -> str:
     """A copy of the stand-in world's config, written to ``folder``, whose camera renders the sim's look
-    (:data:`SIM_LOOK`) and, with ``quiet``, whose joint readings carry no noise: the stand-in's dynamics
+    (:func:`sim_look`) and, with ``quiet``, whose joint readings carry no noise: the stand-in's dynamics
     (physics, delay, backlash, velocity-dependent friction) with the sim's camera, for this measurement only."""
     import yaml
 
@@ -89,7 +94,7 @@ def world_variant(robot_config: str | None, folder: Path, name: str, quiet: bool
 
     source = Path(robot_config) if robot_config else DEFAULT_CONFIG
     settings = yaml.safe_load(source.read_text())
-    settings["look"] = dict(SIM_LOOK)
+    settings["look"] = sim_look()
     if quiet:
         for key in ("joint_position_noise", "joint_velocity_noise"):
             settings.setdefault("effects", {}).pop(key, None)
