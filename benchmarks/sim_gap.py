@@ -5,7 +5,8 @@ objects' mass), the rest of the hidden physics, or what no simulator parameter h
 The demo run's ``act_aligned`` policy is evaluated greedily on the same seeds (from 100000, as the demo evaluates)
 in these places: its calibrated sim as calibrated; the same sim reading the sim's true object poses at the reset
 frame instead of the estimate (what its demonstrations stored: the perception share of the gap); the same sim
-with the stand-in world's hidden grip put in; the sim with every hidden parameter of the world a ``PhysicsParams``
+with one group of the stand-in world's hidden parameters put in (the grip; the arm joints' gains, damping,
+friction and armature; the backlash); the sim with every hidden parameter of the world a ``PhysicsParams``
 can hold (arm gains, damping, friction, armature, the grip, the delay and the backlash; what is left is the
 world's velocity-dependent friction, its sensor noise and its camera), with the estimate and with the true
 poses; the stand-in world with the sim's camera look instead of its own (its dynamics, the sim's camera: the
@@ -35,13 +36,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-GRIP_FIELDS = ("gripper_kp", "pad_friction", "object_friction", "object_mass_scale")
+#: the world's hidden parameters in groups that calibration treats alike: the grip (which joint trajectories do not
+#: show, so calibration keeps it nominal), the arm joints' dynamics and the joints' backlash
+GROUPS = {
+    "grip": ("gripper_kp", "pad_friction", "object_friction", "object_mass_scale"),
+    "arm": ("kp", "damping", "frictionloss", "armature"),
+    "backlash": ("backlash",),
+}
 
 #: short name (also the row's JSON file) -> the place, as printed
 ROWS = {
     "sim": "calibrated sim",
     "sim_true_poses": "calibrated sim, true poses at reset",
     "sim_grip": "calibrated sim, the world's grip",
+    "sim_arm": "calibrated sim, the world's arm gains, damping, friction and armature",
+    "sim_backlash": "calibrated sim, the world's backlash",
     "sim_world": "sim, every hidden parameter of the world",
     "sim_world_true_poses": "sim, every hidden parameter of the world, true poses at reset",
     "stand_in_sim_camera": "stand-in, the sim's camera look",
@@ -73,14 +82,14 @@ def run_outputs(run: Path, task: str) -> dict[str, dict]:
 
 def world_physics(robot_config: str | None):
     """The stand-in world's hidden physics as far as ``PhysicsParams`` holds it, and its grip parameters
-    alone; for this measurement only."""
+    alone; for this measurement (and ``generate_physics.py``'s ``world`` variant) only."""
     from embodied_gym.robots.stand_in import load_settings
     from embodied_gym.sim.physics import PhysicsParams
 
     settings = load_settings(robot_config)
     effects = {k: settings["effects"][k] for k in ("latency_steps", "backlash") if k in settings["effects"]}
     physics = PhysicsParams.from_dict(effects, base=settings["physics"])
-    grip: dict[str, Any] = {k: float(getattr(physics, k)) for k in GRIP_FIELDS}
+    grip: dict[str, Any] = {k: float(getattr(physics, k)) for k in GROUPS["grip"]}
     return physics, grip
 
 
@@ -194,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     args.policy = outputs["act_aligned"]["policy"]
     calibrated = resolve_physics(outputs["calibrate"]["result"])
     world_params, grip = world_physics(args.robot_config)
-    with_grip = dataclasses.replace(calibrated, **grip)
+
+    def with_world(group: str):
+        return dataclasses.replace(calibrated, **{k: getattr(world_params, k) for k in GROUPS[group]})
+
     sim_id, real_id = f"EmbodieDreamer-{args.task}-v0", f"EmbodieDreamer-{args.task}-Real-v0"
     sim_estimator = outputs["perception"]["model"]
     sim_corrected = outputs.get("perception_sim_offset", {}).get("model")
@@ -204,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     places = {
         "sim": dict(env_id=sim_id, physics=calibrated, **in_sim),
         "sim_true_poses": dict(env_id=sim_id, physics=calibrated, **true_poses),
-        "sim_grip": dict(env_id=sim_id, physics=with_grip, **in_sim),
+        "sim_grip": dict(env_id=sim_id, physics=with_world("grip"), **in_sim),
+        "sim_arm": dict(env_id=sim_id, physics=with_world("arm"), **in_sim),
+        "sim_backlash": dict(env_id=sim_id, physics=with_world("backlash"), **in_sim),
         "sim_world": dict(env_id=sim_id, physics=world_params, **in_sim),
         "sim_world_true_poses": dict(env_id=sim_id, physics=world_params, **true_poses),
         "stand_in": dict(env_id=real_id, robot_config=args.robot_config, pose_estimator=robot_estimator),
