@@ -1,5 +1,5 @@
-"""Which part of the calibrated physics makes the generated demonstrations train a weaker or a stronger ACT
-on the stand-in: the calibrated delay, or the rest of the fit.
+"""Which physics makes the generated demonstrations train a weaker or a stronger ACT on the stand-in: the
+calibrated delay, the rest of the fit, or how faithful the sim is at all.
 
 On world2 the uncalibrated sim's demonstrations (row (b) of ``policies.py``) trained a better ACT than the
 calibrated sim's (row (c)) on PickCup and on PenInCup, while on the default world (c) won. World2's robot acts
@@ -7,16 +7,17 @@ two control steps late and PhysAligner found that delay; the nominal sim has non
 row (c)'s demonstrations in variants of the sim and trains and evaluates ACT on each exactly as the demo run
 did (its ``generate`` and ``act_aligned`` stage settings: the same episode seeds, estimator layout, true poses
 as labels, ACT settings and training seed), then compares each variant with the run's (b) and (c) on the same
-stand-in seeds (exact McNemar):
+stand-in seeds (exact McNemar), beside each sim's open-loop replay error on the calibration's held-out episodes:
 
 - ``no_delay``: the calibrated physics with the delay set to 0 steps;
 - ``nominal_delay``: the nominal physics with the calibrated delay;
+- ``no_backlash``: the calibrated physics with every joint's backlash set to 0;
 - ``constrained``: the calibrated physics with every parameter the calibration result lists as not
   constrained by the data (``unconstrained``: moving it by a tenth of its box raises the fit loss by under 1 %)
   put back at its starting value;
 - ``world``: the stand-in world's own hidden physics as far as ``PhysicsParams`` holds it (read from
   ``--robot-config`` for this measurement only, as ``sim_gap.py`` reads it): what a perfect calibration of
-  those parameters would give, the ceiling for PhysAligner.
+  those parameters would give.
 
     MUJOCO_GL=egl .venv/bin/python benchmarks/generate_physics.py --run runs/bench/policies/world2/PickCup/seed0 \\
         --task PickCup --robot-config embodied_gym/robots/stand_in_world2.yaml [--variants no_delay nominal_delay world]
@@ -36,6 +37,7 @@ from pathlib import Path
 VARIANTS = {
     "no_delay": "calibrated physics, no delay",
     "nominal_delay": "nominal physics, the calibrated delay",
+    "no_backlash": "calibrated physics, no backlash",
     "constrained": "calibrated physics, unconstrained parameters at their start",
     "world": "the world's hidden physics",
 }
@@ -54,6 +56,8 @@ def variant_physics(name: str, result_path: str, robot_config: str | None):
         return space.to_physics([result["nominal"][n] for n in space.names])
     if name == "world":
         return world_physics(robot_config)[0]
+    if name == "no_backlash":
+        return dataclasses.replace(calibrated, backlash=(0.0,) * len(calibrated.backlash))
     if name == "no_delay":
         return dataclasses.replace(calibrated, latency_steps=0)
     return dataclasses.replace(PhysicsParams(), latency_steps=calibrated.latency_steps)
@@ -131,6 +135,23 @@ def run_variant(name: str, args, stages: dict, folder: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def held_out_replay_cm(result_path: str, task: str, physics) -> float:
+    """Open-loop replay TCP translation error (cm) of ``physics`` on the calibration's held-out episodes (the
+    ones PhysAligner did not fit): how faithful each variant's sim is, in calibration's own terms."""
+    from embodied_gym.data.reader import load_episodes
+    from embodied_gym.physaligner.objective import ReplayObjective
+    from embodied_gym.physaligner.space import ParameterSpace
+
+    result = json.loads(Path(result_path).read_text())
+    held_out = set(result["dataset"]["held_out_episodes"])
+    episodes = [e for e in load_episodes(result["dataset"]["path"]) if e.index in held_out]
+    objective = ReplayObjective(episodes, task, ParameterSpace())
+    try:
+        return 100 * objective.errors_of(physics)["translation_error_m"]
+    finally:
+        objective.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True, help="a finished policies.py run (training seed 0)")
@@ -142,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from embodied_gym.policies.evaluate import paired_comparison, successes_by_seed
+    from embodied_gym.sim.physics import PhysicsParams, resolve_physics
 
     stages = {}
     for name in ("perception", "calibrate", "generate", "act_aligned", "perception_offset"):
@@ -152,13 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         "(c) calibrated sim": successes_by_seed(json.loads(Path(evaluation["act_aligned"]["json"]).read_text())),
         "(b) nominal sim": successes_by_seed(json.loads(Path(evaluation["act_nominal"]["json"]).read_text())),
     }
+    result_path = stages["calibrate"]["outputs"]["result"]
+    physics = {"(c) calibrated sim": resolve_physics(result_path), "(b) nominal sim": PhysicsParams()}
     for name in args.variants:
         result = run_variant(name, args, stages, args.run / "generate_physics" / name)
         rows[VARIANTS[name]] = successes_by_seed(result)
+        physics[VARIANTS[name]] = variant_physics(name, result_path, args.robot_config)
     print(f"\n{args.task}, {args.run}: ACT on 200 demonstrations per sim, {args.episodes} stand-in seeds")
-    print("| demonstrations from | stand-in success |\n|---|---|")
+    print("| demonstrations from | stand-in success | held-out replay TCP error (cm) |\n|---|---|---|")
     for n, s in rows.items():
-        print(f"| {n} | {100 * sum(s.values()) / len(s):.0f} % |")
+        replay = held_out_replay_cm(result_path, args.task, physics[n])
+        print(f"| {n} | {100 * sum(s.values()) / len(s):.0f} % | {replay:.3f} |")
     print("\n| pair | only first / only second | exact McNemar p |\n|---|---|---|")
     names = list(rows)
     for i, a in enumerate(names):
